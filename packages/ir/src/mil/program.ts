@@ -76,7 +76,9 @@ export type ConstValue =
   | { readonly type: TensorType; readonly blob: BlobRef; readonly load?: () => MilData };
 
 /** An input binding: a named value visible in scope, or an inline constant. */
-export type Binding = { readonly kind: "var"; readonly name: string } | { readonly kind: "value"; readonly value: ConstValue };
+export type Binding =
+  | { readonly kind: "var"; readonly name: string }
+  | { readonly kind: "value"; readonly value: ConstValue };
 
 export interface NamedValueType {
   readonly name: string;
@@ -159,7 +161,11 @@ export function sameType(a: ValueType, b: ValueType): boolean {
   if (a.kind === "state" && b.kind === "state") return sameType(a.wrapped, b.wrapped);
   const ta = a as TensorType;
   const tb = b as TensorType;
-  return ta.dtype === tb.dtype && ta.shape.length === tb.shape.length && ta.shape.every((d, i) => d === tb.shape[i]);
+  return (
+    ta.dtype === tb.dtype &&
+    ta.shape.length === tb.shape.length &&
+    ta.shape.every((d, i) => d === tb.shape[i])
+  );
 }
 
 /** Number of bits per element of a MIL dtype (strings: 0). */
