@@ -1,0 +1,194 @@
+/**
+ * Model references: a local folder, or `hf:owner/name[@revision]` resolved through the standard
+ * Hugging Face cache layout (`$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`)
+ * so that downloads are shared with Python tools. Downloads go through `@huggingface/hub`.
+ */
+import { existsSync, statSync } from "node:fs";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { homedir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { downloadFileToCacheDir, listFiles, modelInfo } from "@huggingface/hub";
+import { AnemllError } from "./errors.js";
+
+export type ModelRef =
+  | { readonly kind: "local"; readonly path: string }
+  | { readonly kind: "hf"; readonly repo: string; readonly revision: string };
+
+/** The model could not be found locally and could not (or may not) be downloaded. */
+export class ModelRefError extends AnemllError {
+  readonly ref: string;
+  constructor(ref: string, message: string, options?: { cause?: unknown }) {
+    super("E_MODEL_REF", message, options);
+    this.ref = ref;
+  }
+}
+
+/** The files a Qwen3.5 conversion or run needs; everything else in a repo is left alone. */
+const WANTED = [
+  /^config\.json$/,
+  /^generation_config\.json$/,
+  /\.safetensors$/,
+  /^model\.safetensors\.index\.json$/,
+  /^tokenizer\.json$/,
+  /^tokenizer_config\.json$/,
+  /^chat_template\.jinja$/,
+  /^special_tokens_map\.json$/,
+];
+
+export function isWantedModelFile(path: string): boolean {
+  return !path.includes("/") && WANTED.some((re) => re.test(path));
+}
+
+const REPO_RE = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;
+
+export function parseModelRef(ref: string): ModelRef {
+  if (!ref.startsWith("hf:")) return { kind: "local", path: resolve(ref) };
+  const body = ref.slice(3);
+  const at = body.indexOf("@");
+  const repo = at < 0 ? body : body.slice(0, at);
+  const revision = at < 0 ? "main" : body.slice(at + 1);
+  if (!REPO_RE.test(repo) || revision === "") {
+    throw new ModelRefError(ref, `"${ref}" is not a model reference: expected hf:owner/name[@revision]`);
+  }
+  return { kind: "hf", repo, revision };
+}
+
+/** The Hugging Face hub cache folder, as huggingface_hub (Python) computes it. */
+export function hfHubCacheDir(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.HF_HUB_CACHE) return env.HF_HUB_CACHE;
+  const home = env.HF_HOME ?? join(env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "huggingface");
+  return join(home, "hub");
+}
+
+function repoFolder(cacheDir: string, repo: string): string {
+  return join(cacheDir, `models--${repo.replace("/", "--")}`);
+}
+
+const COMMIT_RE = /^[0-9a-f]{40}$/;
+
+/** The cached snapshot folder for a revision, or undefined when it is not cached (or incomplete). */
+export async function findCachedSnapshot(
+  cacheDir: string,
+  repo: string,
+  revision: string,
+): Promise<string | undefined> {
+  const folder = repoFolder(cacheDir, repo);
+  let commit = revision;
+  if (!COMMIT_RE.test(revision)) {
+    const refFile = join(folder, "refs", revision);
+    if (!existsSync(refFile)) return undefined;
+    commit = (await readFile(refFile, "utf8")).trim();
+  }
+  const snapshot = join(folder, "snapshots", commit);
+  return looksLikeCheckpoint(snapshot) ? snapshot : undefined;
+}
+
+function looksLikeCheckpoint(dir: string): boolean {
+  if (!existsSync(join(dir, "config.json"))) return false;
+  return existsSync(join(dir, "model.safetensors.index.json")) || existsSync(join(dir, "model.safetensors"));
+}
+
+export interface ResolveProgress {
+  readonly stage: "download";
+  readonly file: string;
+  /** Bytes of the wanted files finished so far and in all. */
+  readonly bytes: number;
+  readonly totalBytes: number;
+  readonly fraction: number;
+}
+
+export interface ResolveOptions {
+  /** Defaults to hfHubCacheDir(). */
+  cacheDir?: string;
+  /** Hub endpoint; defaults to $HF_ENDPOINT or the public hub. */
+  hubUrl?: string;
+  accessToken?: string;
+  /** When false (or HF_HUB_OFFLINE=1), only the cache is consulted. */
+  allowDownload?: boolean;
+  onProgress?: (p: ResolveProgress) => void;
+  signal?: AbortSignal;
+  fetch?: typeof fetch;
+}
+
+/** Resolves a model reference to a local folder, downloading the wanted files when needed. */
+export async function resolveModelRef(ref: string, options: ResolveOptions = {}): Promise<string> {
+  const parsed = parseModelRef(ref);
+  if (parsed.kind === "local") {
+    if (!existsSync(parsed.path) || !statSync(parsed.path).isDirectory()) {
+      throw new ModelRefError(ref, `model folder ${parsed.path} does not exist`);
+    }
+    return parsed.path;
+  }
+  const cacheDir = options.cacheDir ?? hfHubCacheDir();
+  const cached = await findCachedSnapshot(cacheDir, parsed.repo, parsed.revision);
+  if (cached) return cached;
+  const offline = process.env.HF_HUB_OFFLINE === "1" || options.allowDownload === false;
+  if (offline) {
+    throw new ModelRefError(
+      ref,
+      `${parsed.repo}@${parsed.revision} is not in the Hugging Face cache at ${cacheDir} and downloads are off` +
+        " (HF_HUB_OFFLINE=1 or allowDownload: false)",
+    );
+  }
+  return download(ref, parsed.repo, parsed.revision, cacheDir, options);
+}
+
+async function download(
+  ref: string,
+  repo: string,
+  revision: string,
+  cacheDir: string,
+  options: ResolveOptions,
+): Promise<string> {
+  const common = {
+    repo: { type: "model" as const, name: repo },
+    hubUrl: options.hubUrl ?? process.env.HF_ENDPOINT,
+    accessToken: options.accessToken ?? process.env.HF_TOKEN,
+    fetch: options.fetch,
+  };
+  try {
+    const info = await modelInfo({ ...common, name: repo, revision, additionalFields: ["sha"] });
+    const commit = (info as { sha?: string }).sha;
+    if (!commit) throw new Error("the hub did not report a commit for this revision");
+    const files: { path: string; size: number }[] = [];
+    for await (const entry of listFiles({ ...common, revision: commit })) {
+      if (entry.type === "file" && isWantedModelFile(entry.path))
+        files.push({ path: entry.path, size: entry.size });
+    }
+    if (!files.some((f) => f.path === "config.json")) {
+      throw new Error("the repository has no config.json");
+    }
+    const totalBytes = files.reduce((s, f) => s + f.size, 0);
+    let bytes = 0;
+    let snapshot = "";
+    for (const file of files) {
+      options.signal?.throwIfAborted();
+      const pointer = await downloadFileToCacheDir({
+        ...common,
+        path: file.path,
+        revision: commit,
+        cacheDir,
+      });
+      snapshot = dirname(pointer);
+      bytes += file.size;
+      options.onProgress?.({
+        stage: "download",
+        file: file.path,
+        bytes,
+        totalBytes,
+        fraction: bytes / totalBytes,
+      });
+    }
+    // Record the branch/tag so later offline runs find the snapshot.
+    if (revision !== commit) {
+      await mkdir(join(repoFolder(cacheDir, repo), "refs"), { recursive: true });
+      await writeFile(join(repoFolder(cacheDir, repo), "refs", revision), commit);
+    }
+    return snapshot;
+  } catch (err) {
+    if (err instanceof ModelRefError || (err as Error).name === "AbortError") throw err;
+    throw new ModelRefError(ref, `could not download ${repo}@${revision}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+}
