@@ -1,0 +1,417 @@
+import { InvalidArgumentError } from "@anemll-qwen35/ir";
+import type { ChatMessage, ToolCall, ToolSpec } from "./chat-template.js";
+import { Sampler, type SamplingOptions } from "./sampler.js";
+import {
+  type Segment,
+  Segmenter,
+  THINK_CLOSE,
+  THINK_OPEN,
+  TOOL_CALL_CLOSE,
+  TOOL_CALL_OPEN,
+} from "./segmenter.js";
+import { ContextOverflowError, isAbortError, type StepModel, type StepOutput } from "./step-model.js";
+import { StopRules } from "./stop.js";
+import type { Tokenizer } from "./tokenizer.js";
+import { type MalformedToolCall, parseToolCall } from "./tool-calls.js";
+
+/**
+ * Why generation ended.
+ * - `stop`: an EOS token or a stop string.
+ * - `tool_calls`: like `stop`, and the model made at least one well-formed tool call.
+ * - `length`: `maxTokens` reached, or the model's context is full.
+ * - `abort`: the `signal` fired, or the consumer left the `for await` loop early.
+ */
+export type FinishReason = "stop" | "length" | "abort" | "tool_calls";
+
+/** The exact event behind a finish reason. */
+export type FinishDetail =
+  | { type: "eos"; tokenId: number }
+  | { type: "stop_string"; stopString: string }
+  | { type: "max_tokens" }
+  | { type: "context_full" }
+  | { type: "abort" };
+
+export type GenerationChunk =
+  /**
+   * Answer text / thinking text. `tokenIds` are the ids consumed since the previous chunk: text held
+   * back (half a UTF-8 character, a possible stop string or marker) belongs to the token releasing it.
+   */
+  | { type: "text"; text: string; tokenIds: number[] }
+  | { type: "thinking"; text: string; tokenIds: number[] }
+  /** A complete `<tool_call>` block, parsed; emitted as soon as its `</tool_call>` arrives. */
+  | { type: "tool_call"; call: ToolCall }
+  /** A `<tool_call>` block that could not be parsed (or was never closed). */
+  | { type: "tool_call_error"; error: MalformedToolCall };
+
+/**
+ * Timings of one generation. All times are wall-clock milliseconds from `performance.now()`.
+ *
+ * - `promptTokens`: ids given to `model.prefill()`.
+ * - `generatedTokens`: tokens sampled from the model's outputs, the EOS token that ended the run
+ *   included (the model computed it); `tokenIds` of the result exclude it.
+ * - `timeToFirstTokenMs`: from the `generate()` call to the first sampled token: template rendering,
+ *   tokenization, `reset()`, `prefill()` and one sampling step. NaN if no token was sampled.
+ * - `prefillMs`: the `model.prefill()` call alone.
+ * - `prefillTokensPerSecond`: `promptTokens / (prefillMs / 1000)`.
+ * - `decodeSteps`: `model.decode()` calls (each feeds back one sampled token; the first token comes
+ *   from the prefill output, so normally `decodeSteps = generatedTokens - 1`).
+ * - `decodeMs`: the sum of the `model.decode()` calls alone (no sampling or detokenization).
+ * - `decodeTokensPerSecond`: `decodeSteps / (decodeMs / 1000)`; 0 when no decode step ran.
+ * - `totalMs`: from the `generate()` call until the result is ready.
+ */
+export interface GenerationStats {
+  promptTokens: number;
+  generatedTokens: number;
+  timeToFirstTokenMs: number;
+  prefillMs: number;
+  prefillTokensPerSecond: number;
+  decodeSteps: number;
+  decodeMs: number;
+  decodeTokensPerSecond: number;
+  totalMs: number;
+}
+
+export interface GenerationResult {
+  /** The answer, without thinking or tool-call blocks. */
+  text: string;
+  /** The thinking text (between <think> and </think>), trimmed. */
+  thinking: string;
+  /** Everything the model said, markers included, up to (not including) a stop string or EOS. */
+  rawText: string;
+  toolCalls: ToolCall[];
+  toolCallErrors: MalformedToolCall[];
+  /** Generated token ids, without the EOS token that ended the run. */
+  tokenIds: number[];
+  finishReason: FinishReason;
+  finishDetail: FinishDetail;
+  stats: GenerationStats;
+}
+
+export interface GenerateOptions {
+  /** Raw prompt text (no chat template applied) or prompt token ids. Exclusive with `messages`. */
+  prompt?: string | number[] | Int32Array;
+  /** Chat messages, rendered with the tokenizer's chat template and the generation prompt. */
+  messages?: ChatMessage[];
+  /** Tools offered to the model (rendered by the template; used to type parsed arguments). */
+  tools?: ToolSpec[];
+  /** Qwen3.5 thinking on/off (`enable_thinking` of the template); undefined = template default. */
+  enableThinking?: boolean;
+  /** Extra variables for the chat template. */
+  templateVariables?: Record<string, unknown>;
+  /** The most tokens to sample (an ending EOS included). Default: until EOS or a full context. */
+  maxTokens?: number;
+  sampling?: SamplingOptions;
+  /** Stop strings: generation ends when one appears; it and anything after it are not output. */
+  stop?: string[];
+  /** More EOS ids on top of the tokenizer's. */
+  eosTokenIds?: number[];
+  /**
+   * Aborting stops after the current model step (or sooner, if the runtime honours the signal
+   * itself) and the generation RESOLVES with `finishReason: "abort"` and the output so far; it
+   * does not reject. The same happens when a `for await` loop over the generation is left early.
+   */
+  signal?: AbortSignal;
+  /** Called with each sampled token id (an ending EOS excluded), before it is decoded. */
+  onToken?: (id: number) => void;
+  /** Called with each chunk as it is produced (the same chunks the iterator yields). */
+  onChunk?: (chunk: GenerationChunk) => void;
+}
+
+/**
+ * A running generation: iterate it for chunks as they come, await it for the result, or both.
+ * Iterating again replays every chunk from the start.
+ */
+export interface Generation extends AsyncIterable<GenerationChunk>, PromiseLike<GenerationResult> {
+  readonly result: Promise<GenerationResult>;
+}
+
+/**
+ * Runs the text loop: render the prompt, prefill, then sample → stop checks → decode until EOS, a
+ * stop string, `maxTokens`, a full context or abort. Starts immediately. Rejects with
+ * `ContextOverflowError` when the prompt does not fit the model's context, `InvalidArgumentError`
+ * for bad options, `UnsupportedSamplingError` when an argmax-only model meets non-greedy sampling,
+ * and with whatever the model throws (other than an abort).
+ */
+export function generate(model: StepModel, tokenizer: Tokenizer, options: GenerateOptions): Generation {
+  return new GenerationImpl(model, tokenizer, options);
+}
+
+const MARKERS = new Set([THINK_OPEN, THINK_CLOSE, TOOL_CALL_OPEN, TOOL_CALL_CLOSE]);
+
+class GenerationImpl implements Generation {
+  readonly result: Promise<GenerationResult>;
+  private readonly chunks: GenerationChunk[] = [];
+  private finished = false;
+  private failure: { error: unknown } | undefined;
+  private wake: Array<() => void> = [];
+  private readonly stopper = new AbortController();
+  private readonly t0 = performance.now();
+
+  constructor(
+    private readonly model: StepModel,
+    private readonly tokenizer: Tokenizer,
+    private readonly options: GenerateOptions,
+  ) {
+    this.result = this.run().then(
+      (r) => {
+        this.end();
+        return r;
+      },
+      (err: unknown) => {
+        this.failure = { error: err };
+        this.end();
+        throw err;
+      },
+    );
+    // Whoever only iterates learns of a failure from the iterator; don't also crash the process
+    // with an unhandled rejection. `then()` still hands the rejection to those who await.
+    this.result.catch(() => {});
+  }
+
+  // biome-ignore lint/suspicious/noThenProperty: a Generation is awaitable by design (PromiseLike).
+  then<A = GenerationResult, B = never>(
+    onfulfilled?: ((value: GenerationResult) => A | PromiseLike<A>) | null,
+    onrejected?: ((reason: unknown) => B | PromiseLike<B>) | null,
+  ): Promise<A | B> {
+    return this.result.then(onfulfilled, onrejected);
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<GenerationChunk> {
+    let i = 0;
+    return {
+      next: async (): Promise<IteratorResult<GenerationChunk>> => {
+        for (;;) {
+          if (i < this.chunks.length) return { value: this.chunks[i++], done: false };
+          if (this.finished) {
+            if (this.failure) throw this.failure.error;
+            return { value: undefined, done: true };
+          }
+          await new Promise<void>((resolve) => this.wake.push(resolve));
+        }
+      },
+      return: async (): Promise<IteratorResult<GenerationChunk>> => {
+        // Leaving the loop early means nobody wants the rest: stop the model too.
+        if (!this.finished) this.stopper.abort();
+        return { value: undefined, done: true };
+      },
+    };
+  }
+
+  private emit(chunk: GenerationChunk): void {
+    this.chunks.push(chunk);
+    this.options.onChunk?.(chunk);
+    this.notify();
+  }
+
+  private end(): void {
+    this.finished = true;
+    this.notify();
+  }
+
+  private notify(): void {
+    const wake = this.wake;
+    this.wake = [];
+    for (const w of wake) w();
+  }
+
+  private async run(): Promise<GenerationResult> {
+    const { model, tokenizer, options: o } = this;
+    const signal = o.signal ? AbortSignal.any([o.signal, this.stopper.signal]) : this.stopper.signal;
+
+    const { ids: promptIds, text: promptText } = this.prompt();
+    if (promptIds.length === 0) {
+      throw new InvalidArgumentError(
+        "prompt is empty: Qwen3.5 has no BOS token, so at least one token is needed",
+      );
+    }
+    if (promptIds.length > model.contextLength)
+      throw new ContextOverflowError(promptIds.length, model.contextLength);
+
+    const sampler = new Sampler(o.sampling);
+    if (model.outputKind === "top1") sampler.assertTop1Compatible();
+    const rules = new StopRules({
+      eosTokenIds: [...tokenizer.eosTokenIds, ...(o.eosTokenIds ?? [])],
+      stopStrings: o.stop,
+      maxTokens: o.maxTokens,
+    });
+    const matcher = rules.matcher();
+    const decoder = tokenizer.streamingDecoder();
+    const segmenter = new Segmenter({ startInThinking: opensThinking(promptText) });
+
+    const generated: number[] = [];
+    const history = promptIds.slice(); // prompt + generated, for penalties
+    const toolCalls: ToolCall[] = [];
+    const toolCallErrors: MalformedToolCall[] = [];
+    let text = "";
+    let thinking = "";
+    let rawText = "";
+    let unattributed: number[] = [];
+
+    const deliver = (segments: Segment[]) => {
+      for (const s of segments) {
+        if (s.kind === "tool_call") {
+          unattributed = [];
+          const parsed = s.closed
+            ? parseToolCall(s.body, o.tools)
+            : ({
+                ok: false,
+                error: { raw: s.body, message: "generation ended inside a <tool_call> block" },
+              } as const);
+          if (parsed.ok) {
+            toolCalls.push(parsed.call);
+            this.emit({ type: "tool_call", call: parsed.call });
+          } else {
+            toolCallErrors.push(parsed.error);
+            this.emit({ type: "tool_call_error", error: parsed.error });
+          }
+          continue;
+        }
+        if (s.kind === "text") text += s.text;
+        else thinking += s.text;
+        this.emit({ type: s.kind, text: s.text, tokenIds: unattributed });
+        unattributed = [];
+      }
+    };
+    const feedText = (piece: string) => {
+      const m = matcher.push(piece);
+      rawText += m.emit;
+      deliver(segmenter.push(m.emit));
+      return m;
+    };
+
+    // Special tokens other than the thinking / tool-call markers (<|im_start|>, <|endoftext|> when not
+    // an EOS, vision pads…) are control tokens, not text.
+    const isControl = (id: number) => tokenizer.isSpecial(id) && !MARKERS.has(tokenizer.idToToken(id) ?? "");
+
+    let detail: FinishDetail | undefined;
+    let timeToFirstTokenMs = Number.NaN;
+    let prefillMs = 0;
+    let decodeMs = 0;
+    let decodeSteps = 0;
+    let sampledTokens = 0;
+
+    try {
+      if (signal.aborted) {
+        detail = { type: "abort" };
+      } else {
+        await model.reset();
+        const tp = performance.now();
+        let out: StepOutput = await model.prefill(Int32Array.from(promptIds), { signal });
+        prefillMs = performance.now() - tp;
+
+        for (;;) {
+          const id = sampler.pick(out, history, tokenizer.vocabSize);
+          sampledTokens++;
+          if (sampledTokens === 1) timeToFirstTokenMs = performance.now() - this.t0;
+          if (rules.isEos(id)) {
+            detail = { type: "eos", tokenId: id };
+            break;
+          }
+          generated.push(id);
+          history.push(id);
+          unattributed.push(id);
+          o.onToken?.(id);
+          if (!isControl(id)) {
+            const m = feedText(decoder.push(id));
+            if (m.stopped) {
+              detail = { type: "stop_string", stopString: m.stopString ?? "" };
+              break;
+            }
+          }
+          if (rules.reachedMaxTokens(sampledTokens)) {
+            detail = { type: "max_tokens" };
+            break;
+          }
+          if (signal.aborted) {
+            detail = { type: "abort" };
+            break;
+          }
+          if (promptIds.length + decodeSteps >= model.contextLength) {
+            detail = { type: "context_full" };
+            break;
+          }
+          const td = performance.now();
+          out = await model.decode(id, { signal });
+          decodeMs += performance.now() - td;
+          decodeSteps++;
+        }
+      }
+    } catch (err) {
+      if (!(signal.aborted && isAbortError(err))) throw err;
+      detail = { type: "abort" };
+    }
+
+    if (detail?.type !== "stop_string") {
+      feedText(decoder.flush());
+      const rest = matcher.flush();
+      rawText += rest;
+      deliver(segmenter.push(rest));
+    }
+    deliver(segmenter.finish());
+
+    const finishDetail = detail ?? { type: "abort" };
+    let finishReason: FinishReason;
+    if (finishDetail.type === "abort") finishReason = "abort";
+    else if (finishDetail.type === "max_tokens" || finishDetail.type === "context_full")
+      finishReason = "length";
+    else finishReason = toolCalls.length > 0 ? "tool_calls" : "stop";
+
+    const totalMs = performance.now() - this.t0;
+    return {
+      text,
+      thinking,
+      rawText,
+      toolCalls,
+      toolCallErrors,
+      tokenIds: generated,
+      finishReason,
+      finishDetail,
+      stats: {
+        promptTokens: promptIds.length,
+        generatedTokens: sampledTokens,
+        timeToFirstTokenMs,
+        prefillMs,
+        prefillTokensPerSecond: prefillMs > 0 ? promptIds.length / (prefillMs / 1000) : 0,
+        decodeSteps,
+        decodeMs,
+        decodeTokensPerSecond: decodeMs > 0 ? decodeSteps / (decodeMs / 1000) : 0,
+        totalMs,
+      },
+    };
+  }
+
+  /** The prompt as ids, and as text (for spotting a generation prompt that opened <think>). */
+  private prompt(): { ids: number[]; text: string } {
+    const { tokenizer, options: o } = this;
+    if (o.messages !== undefined) {
+      if (o.prompt !== undefined)
+        throw new InvalidArgumentError("generate: give either `prompt` or `messages`, not both");
+      const text = tokenizer.applyChatTemplate(o.messages, {
+        tools: o.tools,
+        enableThinking: o.enableThinking,
+        extra: o.templateVariables,
+      });
+      return { ids: tokenizer.encode(text), text };
+    }
+    if (typeof o.prompt === "string") return { ids: tokenizer.encode(o.prompt), text: o.prompt };
+    if (Array.isArray(o.prompt) || o.prompt instanceof Int32Array) {
+      const ids = Array.from(o.prompt);
+      for (const id of ids) {
+        if (!Number.isInteger(id) || id < 0)
+          throw new InvalidArgumentError(`generate: prompt id ${id} is not a token id`);
+      }
+      return { ids, text: tokenizer.decode(ids.slice(-64)) };
+    }
+    throw new InvalidArgumentError("generate: needs `prompt` (text or token ids) or `messages`");
+  }
+}
+
+/**
+ * Qwen3.5's thinking generation prompt ends in `<|im_start|>assistant\n<think>\n`, so the model's
+ * first tokens are already thinking. True when the last turn of the prompt opened <think> and did
+ * not close it.
+ */
+export function opensThinking(promptText: string): boolean {
+  const turn = promptText.slice(Math.max(0, promptText.lastIndexOf("<|im_start|>")));
+  return turn.lastIndexOf(THINK_OPEN) > turn.lastIndexOf(THINK_CLOSE);
+}

@@ -1,0 +1,59 @@
+import { AnemllError } from "@anemll-qwen35/ir";
+
+/**
+ * What one forward step returns for the last position it consumed: either the full row of logits
+ * (vocab-sized, e.g. 248,320 for Qwen3.5) or, for heads that compute the arg-max inside the model
+ * (ANE lm_head split into chunks that each return their best id), only the winning id and its logit.
+ */
+export type StepOutput = { logits: Float32Array } | { top1: { id: number; value: number } };
+
+export interface StepOptions {
+  /** Runtimes may stop early and throw an `AbortError` (`name === "AbortError"`) when this fires. */
+  signal?: AbortSignal;
+}
+
+/**
+ * The contract runtimes implement so that one Generator can drive them all: a stateful model that
+ * consumes token ids in order (KV cache + GatedDeltaNet conv/recurrent state live inside it).
+ */
+export interface StepModel {
+  /** The most tokens the model's state can hold (prompt + generated). */
+  readonly contextLength: number;
+  /** Tokens consumed since the last `reset()`. */
+  readonly position: number;
+  /**
+   * What `prefill`/`decode` return, when the runtime knows it up front. Lets the Generator refuse a
+   * sampling configuration an argmax-only head cannot serve before any work is done.
+   */
+  readonly outputKind?: "logits" | "top1";
+  /** Forget all state; the next `prefill` starts at position 0. */
+  reset(): void | Promise<void>;
+  /**
+   * Consume `ids` starting at `position` and return the output for the last of them.
+   * Throws `ContextOverflowError` when `position + ids.length > contextLength`.
+   */
+  prefill(ids: Int32Array | number[], opts?: StepOptions): Promise<StepOutput>;
+  /** Consume one token and return the output for it. */
+  decode(id: number, opts?: StepOptions): Promise<StepOutput>;
+  dispose(): void | Promise<void>;
+}
+
+/** The prompt (or prompt + generated tokens) does not fit the model's context. */
+export class ContextOverflowError extends AnemllError {
+  readonly promptTokens: number;
+  readonly contextLength: number;
+  constructor(promptTokens: number, contextLength: number) {
+    super(
+      "E_CONTEXT_OVERFLOW",
+      `prompt is ${promptTokens} tokens but the model's context holds ${contextLength}; ` +
+        "shorten the prompt or use a model converted with a longer context",
+    );
+    this.promptTokens = promptTokens;
+    this.contextLength = contextLength;
+  }
+}
+
+/** True for the errors `fetch`, `AbortSignal.throwIfAborted()` and runtimes throw on abort. */
+export function isAbortError(err: unknown): boolean {
+  return typeof err === "object" && err !== null && (err as { name?: unknown }).name === "AbortError";
+}

@@ -1,0 +1,167 @@
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  loadTokenizer,
+  MalformedTokenizerFileError,
+  MissingTokenizerFileError,
+  Tokenizer,
+} from "../src/index.js";
+import { chatCases, FIXTURE_TOKENIZER_DIR } from "./helpers.js";
+
+let tok: Tokenizer;
+let scratch: string;
+beforeAll(async () => {
+  tok = await loadTokenizer(FIXTURE_TOKENIZER_DIR, { eosTokenIds: [1000] });
+  scratch = await mkdtemp(join(tmpdir(), "generate-tok-"));
+});
+afterAll(async () => {
+  await rm(scratch, { recursive: true, force: true });
+});
+
+describe("loadTokenizer on the Qwen3.5-format fixture", () => {
+  it("encodes the probe strings to the ids Hugging Face tokenizers (Python) produced", () => {
+    const { probes } = chatCases();
+    expect(probes.length).toBeGreaterThan(3);
+    for (const p of probes) expect(tok.encode(p.text), p.text).toEqual(p.ids);
+  });
+
+  it("decodes back to the same text (byte-level BPE is lossless after NFC)", () => {
+    for (const p of chatCases().probes) expect(tok.decode(p.ids)).toBe(p.text.normalize("NFC"));
+  });
+
+  it("never prepends a BOS", () => {
+    expect(tok.encode("hi")[0]).toBe(tok.encode("hi there")[0]);
+    expect(tok.encode("")).toEqual([]);
+  });
+
+  it("finds special tokens by name in Qwen3.5 order (33 after the BPE ids)", () => {
+    expect(tok.tokenId("<|endoftext|>")).toBe(1000);
+    expect(tok.tokenId("<|im_start|>")).toBe(1001);
+    expect(tok.tokenId("<|im_end|>")).toBe(1002);
+    expect(tok.tokenId("<think>")).toBe(1024);
+    expect(tok.tokenId("</think>")).toBe(1025);
+    expect(tok.tokenId("<tool_call>")).toBe(1014);
+    expect(tok.tokenId("<|nope|>")).toBeUndefined();
+    expect(tok.addedTokens.size).toBe(33);
+    expect(tok.vocabSize).toBe(1033);
+    expect(tok.isSpecial(1001)).toBe(true);
+    expect(tok.isSpecial(1024)).toBe(false); // <think> stays visible in decoded text
+  });
+
+  it("takes EOS from tokenizer_config (<|im_end|>) plus the model's ids", () => {
+    expect([...tok.eosTokenIds].sort()).toEqual([1000, 1002]);
+    expect(tok.isEos(1002)).toBe(true);
+    expect(tok.isEos(1001)).toBe(false);
+  });
+
+  it("skips special tokens on request but keeps <think>", () => {
+    const ids = tok.encode("<|im_start|>user\nhi<|im_end|><think>");
+    expect(tok.decode(ids)).toBe("<|im_start|>user\nhi<|im_end|><think>");
+    expect(tok.decode(ids, { skipSpecialTokens: true })).toBe("user\nhi<think>");
+  });
+
+  it("drops ids past the vocabulary (padded embedding rows) instead of failing", () => {
+    const ids = tok.encode("ok");
+    expect(tok.decode([...ids, 5000, 248300])).toBe("ok");
+    expect(tok.decode([])).toBe("");
+  });
+
+  it("reads the chat template from chat_template.jinja", () => {
+    expect(tok.chatTemplateSource).toContain("<|im_start|>");
+  });
+});
+
+describe("Tokenizer.fromJSON", () => {
+  it("merges added tokens that only tokenizer_config.json lists (Qwen3.5 keeps 7 of 33 there)", async () => {
+    const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
+    const config = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer_config.json"), "utf8"));
+    json.added_tokens = json.added_tokens.filter((t: { id: number }) => t.id < 1026);
+    const t = Tokenizer.fromJSON(json, config);
+    expect(t.tokenId("<|audio_pad|>")).toBe(1032);
+    expect(t.encode("a<|audio_start|>b")).toEqual([...t.encode("a"), 1026, ...t.encode("b")]);
+    expect(t.decode([1026])).toBe("<|audio_start|>");
+    // Without the config they are unknown text.
+    const bare = Tokenizer.fromJSON(json, {});
+    expect(bare.tokenId("<|audio_pad|>")).toBeUndefined();
+    expect(bare.encode("<|audio_start|>").length).toBeGreaterThan(1);
+    expect(bare.eosTokenIds).toEqual([]);
+  });
+
+  it("accepts chat_template as a string or a named list in tokenizer_config", async () => {
+    const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
+    expect(Tokenizer.fromJSON(json, { chat_template: "A{{ messages[0].content }}" }).chatTemplateSource).toBe(
+      "A{{ messages[0].content }}",
+    );
+    const listed = Tokenizer.fromJSON(json, {
+      chat_template: [
+        { name: "tool_use", template: "T" },
+        { name: "default", template: "D" },
+      ],
+    });
+    expect(listed.chatTemplateSource).toBe("D");
+    expect(() => Tokenizer.fromJSON(json, { chat_template: 7 })).toThrow(MalformedTokenizerFileError);
+  });
+});
+
+describe("tokenizer file errors name the file", () => {
+  it("missing tokenizer.json", async () => {
+    const dir = join(scratch, "empty");
+    await mkdir(dir, { recursive: true });
+    const err = await loadTokenizer(dir).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(MissingTokenizerFileError);
+    expect((err as MissingTokenizerFileError).file).toBe(join(dir, "tokenizer.json"));
+    expect((err as Error).message).toContain("tokenizer.json");
+  });
+
+  it("tokenizer.json that is not JSON", async () => {
+    const dir = join(scratch, "badjson");
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, "tokenizer.json"), '{"model": ');
+    const err = await loadTokenizer(dir).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(MalformedTokenizerFileError);
+    expect((err as MalformedTokenizerFileError).file).toBe(join(dir, "tokenizer.json"));
+    expect((err as Error).message).toMatch(/not valid JSON/);
+  });
+
+  it("tokenizer.json without a model vocabulary", async () => {
+    const dir = join(scratch, "novocab");
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, "tokenizer.json"), JSON.stringify({ model: { type: "BPE" } }));
+    const err = await loadTokenizer(dir).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(MalformedTokenizerFileError);
+    expect((err as Error).message).toContain("model.vocab");
+  });
+
+  it("tokenizer_config.json that is malformed, or names an unknown eos_token", async () => {
+    const json = await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8");
+    const dir = join(scratch, "badconfig");
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, "tokenizer.json"), json);
+    await writeFile(join(dir, "tokenizer_config.json"), "[1,2");
+    let err = await loadTokenizer(dir).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(MalformedTokenizerFileError);
+    expect((err as MalformedTokenizerFileError).file).toBe(join(dir, "tokenizer_config.json"));
+
+    await writeFile(join(dir, "tokenizer_config.json"), JSON.stringify({ eos_token: "<|missing|>" }));
+    err = await loadTokenizer(dir).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(MalformedTokenizerFileError);
+    expect((err as Error).message).toContain("<|missing|>");
+  });
+
+  it("generation_config.json eos ids join the EOS set; a bad one is named", async () => {
+    const json = await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8");
+    const dir = join(scratch, "genconfig");
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, "tokenizer.json"), json);
+    await writeFile(join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: [1000, 1002] }));
+    const t = await loadTokenizer(dir);
+    expect([...t.eosTokenIds].sort()).toEqual([1000, 1002]);
+
+    await writeFile(join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: "x" }));
+    const err = await loadTokenizer(dir).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(MalformedTokenizerFileError);
+    expect((err as MalformedTokenizerFileError).file).toBe(join(dir, "generation_config.json"));
+  });
+});
