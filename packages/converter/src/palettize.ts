@@ -117,7 +117,8 @@ function kmeansGroups(
     sorted.sort();
     for (let i = 0; i < groupLen; i++) prefix[i + 1] = prefix[i] + sorted[i];
     // quantile initialisation
-    for (let j = 0; j < k; j++) centroids[j] = sorted[Math.min(groupLen - 1, Math.floor(((j + 0.5) * groupLen) / k))];
+    for (let j = 0; j < k; j++)
+      centroids[j] = sorted[Math.min(groupLen - 1, Math.floor(((j + 0.5) * groupLen) / k))];
     for (let it = 0; it < maxIterations; it++) {
       bounds[0] = 0;
       bounds[k] = groupLen;
@@ -182,7 +183,8 @@ export async function palettize(
   options: PalettizeOptions,
 ): Promise<Palettized> {
   const { bits } = options;
-  if (![2, 4, 6, 8].includes(bits)) throw new InvalidArgumentError(`LUT bits must be 2, 4, 6 or 8, got ${bits}`);
+  if (![2, 4, 6, 8].includes(bits))
+    throw new InvalidArgumentError(`LUT bits must be 2, 4, 6 or 8, got ${bits}`);
   const n = weight.length;
   const dout = shape[0];
   const perRow = n / dout;

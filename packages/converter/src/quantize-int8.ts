@@ -14,17 +14,26 @@ export interface Int8Quantized {
   readonly blockSize: number;
 }
 
-export function quantizeInt8(weight: Float32Array, shape: readonly number[], blockSize?: number): Int8Quantized {
+export function quantizeInt8(
+  weight: Float32Array,
+  shape: readonly number[],
+  blockSize?: number,
+): Int8Quantized {
   const dout = shape[0];
   const din = shape[1];
   if (shape.length < 2 || dout * din * shape.slice(2).reduce((a, b) => a * b, 1) !== weight.length) {
-    throw new InvalidArgumentError(`weight of ${weight.length} values does not match shape [${shape.join(", ")}]`);
+    throw new InvalidArgumentError(
+      `weight of ${weight.length} values does not match shape [${shape.join(", ")}]`,
+    );
   }
   if (shape.slice(2).some((d) => d !== 1)) {
-    throw new InvalidArgumentError(`int8 quantization expects [Dout, Din] or [Dout, Din, 1, 1], got [${shape.join(", ")}]`);
+    throw new InvalidArgumentError(
+      `int8 quantization expects [Dout, Din] or [Dout, Din, 1, 1], got [${shape.join(", ")}]`,
+    );
   }
   const block = blockSize ?? din;
-  if (block <= 0 || din % block !== 0) throw new InvalidArgumentError(`block size ${block} must divide Din = ${din}`);
+  if (block <= 0 || din % block !== 0)
+    throw new InvalidArgumentError(`block size ${block} must divide Din = ${din}`);
   const blocks = din / block;
   const data = new Int8Array(weight.length);
   const scale = new Uint16Array(dout * blocks);

@@ -33,7 +33,8 @@ function optimalSse(values: Float32Array, k: number): number {
   for (let c = 1; c <= k; c++) {
     const cur = new Array(n + 1).fill(Number.POSITIVE_INFINITY);
     cur[0] = 0;
-    for (let j = 1; j <= n; j++) for (let i = c - 1; i < j; i++) cur[j] = Math.min(cur[j], prev[i] + cost(i, j));
+    for (let j = 1; j <= n; j++)
+      for (let i = c - 1; i < j; i++) cur[j] = Math.min(cur[j], prev[i] + cost(i, j));
     prev = cur;
   }
   return prev[n];
@@ -81,7 +82,9 @@ describe("palettize", () => {
 
   it("rejects bad options with clear errors", async () => {
     const w = new Float32Array(12);
-    await expect(palettize(w, [3, 4], { bits: 4, groupSize: 2 })).rejects.toThrow(/must divide the 3 output channels/);
+    await expect(palettize(w, [3, 4], { bits: 4, groupSize: 2 })).rejects.toThrow(
+      /must divide the 3 output channels/,
+    );
     await expect(palettize(w, [3, 4], { bits: 3 as 4 })).rejects.toThrow(/2, 4, 6 or 8/);
     await expect(palettize(w, [4, 4], { bits: 4 })).rejects.toThrow(/does not match shape/);
   });
