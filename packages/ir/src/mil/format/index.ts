@@ -1,1 +1,10 @@
-export {};
+export * from "./blob.js";
+export * from "./description.js";
+export * from "./dtypes.js";
+export * from "./elements.js";
+export * from "./errors.js";
+export * from "./manifest.js";
+export * from "./package.js";
+export * from "./proto.js";
+export * from "./serialize.js";
+export * from "./validate.js";
