@@ -1,0 +1,45 @@
+import { AnemllError } from "@anemll-qwen35/ir";
+import { Command, CommanderError } from "commander";
+import { registerDoctor } from "./commands/doctor.js";
+import type { Context } from "./context.js";
+import { makeOutput, type Streams } from "./output.js";
+
+export const VERSION = "0.1.0";
+
+/** Builds the command tree. Separate from process handling so tests can run it in-process. */
+export function buildProgram(streams: Streams): Command {
+  const program = new Command("anemll-qwen35")
+    .description("Qwen 3.5 on the Apple Neural Engine: convert, run, chat, verify, inspect, benchmark, serve")
+    .version(VERSION)
+    .option("--json", "print one machine-readable JSON document instead of text")
+    .showHelpAfterError()
+    .exitOverride()
+    .configureOutput({
+      writeOut: (s) => streams.stdout.write(s),
+      writeErr: (s) => streams.stderr.write(s),
+    });
+  const ctx: Context = { streams, output: () => makeOutput(Boolean(program.opts().json), streams) };
+  registerDoctor(program, ctx);
+  return program;
+}
+
+/** Runs the CLI; resolves to the process exit code (0 ok, 1 failure, 2 usage error). */
+export async function run(argv: readonly string[], streams: Streams): Promise<number> {
+  const program = buildProgram(streams);
+  try {
+    await program.parseAsync(argv, { from: "user" });
+    return 0;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      return err.exitCode === 0 ? 0 : 2;
+    }
+    const json = argv.includes("--json");
+    const message = err instanceof Error ? err.message : String(err);
+    const code = err instanceof AnemllError ? err.code : "E_UNEXPECTED";
+    if (json) streams.stdout.write(`${JSON.stringify({ error: { code, message } }, null, 2)}\n`);
+    streams.stderr.write(`error: ${message}\n`);
+    if (!(err instanceof AnemllError) && err instanceof Error && err.stack)
+      streams.stderr.write(`${err.stack}\n`);
+    return 1;
+  }
+}
