@@ -1,1 +1,11 @@
-export {};
+export * from "./atomic.js";
+export * from "./config.js";
+export * from "./json-duplicates.js";
+export * from "./params.js";
+export * from "./qwen35-checkpoint.js";
+export * from "./safetensors.js";
+export * from "./safetensors-writer.js";
+export * from "./sharded.js";
+export * from "./strip-vl.js";
+export * from "./synthetic.js";
+export * from "./weights.js";

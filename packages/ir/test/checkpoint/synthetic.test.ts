@@ -1,0 +1,158 @@
+import { readFileSync } from "node:fs";
+import { readFile, stat } from "node:fs/promises";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import {
+  defaultSyntheticDir,
+  INDEX_FILE,
+  parameterCounts,
+  parseQwen35Config,
+  publishedConfigJson,
+  Qwen35Checkpoint,
+  SafetensorsCheckpoint,
+  SYNTHETIC_SIZES,
+  syntheticTensors,
+  writeSyntheticCheckpoint,
+} from "../../src/checkpoint/index.js";
+import { numel, tensorToFloat32 } from "../../src/tensor.js";
+import { listDir, tempDir, tinyConfigJson } from "./helpers.js";
+
+const DATA = fileURLToPath(new URL("./data/", import.meta.url));
+const TEST_DATA: Record<string, string> = {
+  "0.8b": "qwen3.5-0.8b.config.json",
+  "2b": "qwen3.5-2b.config.json",
+  "4b": "qwen3.5-4b.text-config.json",
+  "9b": "qwen3.5-9b.config.json",
+  "35b-a3b": "qwen3.5-35b-a3b.config.json",
+};
+
+const stats = (x: Float32Array) => {
+  const mean = x.reduce((a, b) => a + b, 0) / x.length;
+  const std = Math.sqrt(x.reduce((a, b) => a + (b - mean) ** 2, 0) / x.length);
+  return { mean, std };
+};
+
+describe("published configs of the synthetic generator", () => {
+  for (const size of SYNTHETIC_SIZES) {
+    it(`${size}: same text model as the test-data config (written separately from the reference)`, () => {
+      const ours = parseQwen35Config(publishedConfigJson(size));
+      const data = parseQwen35Config(JSON.parse(readFileSync(join(DATA, TEST_DATA[size]), "utf8")));
+      expect(ours.source.layout).toBe("vl");
+      expect(parameterCounts(ours)).toEqual(parameterCounts(data));
+      expect(ours.layerTypes).toEqual(data.layerTypes);
+      expect(ours.tieWordEmbeddings).toBe(data.tieWordEmbeddings);
+      expect(ours.moe).toEqual(data.moe);
+    });
+  }
+
+  it("0.8B tensor list: official VL layout, exactly 36 F32 tensors (18 GDN layers x A_log, norm)", () => {
+    const specs = syntheticTensors(publishedConfigJson("0.8b"));
+    const f32 = specs.filter((s) => s.dtype === "f32");
+    expect(f32.length).toBe(36);
+    expect(f32.every((s) => /linear_attn\.(A_log|norm\.weight)$/.test(s.name))).toBe(true);
+    expect(specs.some((s) => s.name === "lm_head.weight")).toBe(false);
+    expect(specs.some((s) => s.name.startsWith("model.visual."))).toBe(true);
+    expect(specs.some((s) => s.name.startsWith("mtp.layers.0.self_attn.q_proj"))).toBe(true);
+    const text = specs.filter((s) => s.name.startsWith("model.language_model."));
+    expect(text.reduce((n, s) => n + numel(s.shape), 0)).toBe(752_393_024);
+  });
+
+  it("35B-A3B: fused experts in the main layers, per-expert in the MTP head, lm_head present", () => {
+    const specs = syntheticTensors(publishedConfigJson("35b-a3b"));
+    const byName = new Map(specs.map((s) => [s.name, s.shape]));
+    expect(byName.get("model.language_model.layers.0.mlp.experts.gate_up_proj")).toEqual([256, 1024, 2048]);
+    expect(byName.get("model.language_model.layers.0.mlp.experts.down_proj")).toEqual([256, 2048, 512]);
+    expect(byName.get("mtp.layers.0.mlp.experts.255.down_proj.weight")).toEqual([2048, 512]);
+    expect(byName.get("lm_head.weight")).toEqual([248320, 2048]);
+    // reference §3.3 shapes
+    expect(byName.get("model.language_model.layers.3.self_attn.q_proj.weight")).toEqual([8192, 2048]);
+    expect(byName.get("model.language_model.layers.0.linear_attn.in_proj_qkv.weight")).toEqual([8192, 2048]);
+    expect(byName.get("model.language_model.layers.0.linear_attn.conv1d.weight")).toEqual([8192, 1, 4]);
+  });
+
+  it("default folder is under ANEMLL_QWEN35_CACHE or ~/.cache, never a relative path", () => {
+    const saved = process.env.ANEMLL_QWEN35_CACHE;
+    try {
+      process.env.ANEMLL_QWEN35_CACHE = "/x/cache";
+      expect(defaultSyntheticDir("0.8b")).toBe("/x/cache/synthetic/0.8b");
+      delete process.env.ANEMLL_QWEN35_CACHE;
+      expect(defaultSyntheticDir("9b")).toMatch(/\.cache\/anemll-qwen35\/synthetic\/9b$/);
+    } finally {
+      if (saved === undefined) delete process.env.ANEMLL_QWEN35_CACHE;
+      else process.env.ANEMLL_QWEN35_CACHE = saved;
+    }
+  });
+});
+
+describe("writeSyntheticCheckpoint", () => {
+  it("writes a valid, sharded, official-layout checkpoint with sensible weight scales", async () => {
+    const dir = await tempDir();
+    const out = join(dir, "big");
+    // wider than the tiny config so the statistics are meaningful: D=256, F=1024
+    const cfg = tinyConfigJson() as { text_config: Record<string, unknown> };
+    Object.assign(cfg.text_config, { hidden_size: 256, intermediate_size: 1024, vocab_size: 512 });
+    const r = await writeSyntheticCheckpoint({ config: cfg, out, maxShardBytes: 1 << 20, seed: 1 });
+    expect(r.skipped).toBe(false);
+    expect(r.files.length).toBeGreaterThan(1);
+    expect(r.files.every((f) => /^model\.safetensors-\d{5}-of-\d{5}\.safetensors$/.test(f))).toBe(true);
+    const index = JSON.parse(await readFile(join(out, INDEX_FILE), "utf8"));
+    expect(index.metadata.total_size).toBe(r.bytes);
+
+    await using ck = await Qwen35Checkpoint.open(out);
+    expect(ck.report.ok).toBe(true);
+    const proj = stats(tensorToFloat32(await ck.get("layers.0.mlp.up_proj.weight")));
+    expect(Math.abs(proj.mean)).toBeLessThan(0.002);
+    expect(proj.std).toBeGreaterThan(0.018);
+    expect(proj.std).toBeLessThan(0.022);
+    const norm = stats(tensorToFloat32(await ck.get("layers.0.input_layernorm.weight")));
+    expect(Math.abs(norm.mean)).toBeLessThan(0.01); // zero-centred: the model uses 1 + w
+    const gated = stats(tensorToFloat32(await ck.get("layers.0.linear_attn.norm.weight")));
+    expect(Math.abs(gated.mean - 1)).toBeLessThan(0.05); // plain weight around 1
+    const alog = tensorToFloat32(await ck.get("layers.0.linear_attn.A_log"));
+    expect(alog.every((v) => v >= 0 && v <= Math.log(16))).toBe(true);
+    expect(new Set(alog).size).toBe(alog.length);
+  });
+
+  it("is deterministic per seed, skips an identical existing checkpoint, and rewrites on change", async () => {
+    const dir = await tempDir();
+    const cfg = tinyConfigJson();
+    const a = join(dir, "a");
+    const b = join(dir, "b");
+    await writeSyntheticCheckpoint({ config: cfg, out: a, seed: 7 });
+    await writeSyntheticCheckpoint({ config: cfg, out: b, seed: 7, maxShardBytes: 2048 });
+    await using ca = await SafetensorsCheckpoint.open(a);
+    await using cb = await SafetensorsCheckpoint.open(b);
+    expect(ca.names()).toEqual(cb.names());
+    for (const n of ca.names()) expect(await ca.readBytes(n)).toEqual(await cb.readBytes(n)); // independent of sharding
+
+    const shard = join(a, ca.shardFiles[0]);
+    const mtime = (await stat(shard)).mtimeMs;
+    const again = await writeSyntheticCheckpoint({ config: cfg, out: a, seed: 7 });
+    expect(again.skipped).toBe(true);
+    expect((await stat(shard)).mtimeMs).toBe(mtime);
+
+    const reseeded = await writeSyntheticCheckpoint({ config: cfg, out: a, seed: 8 });
+    expect(reseeded.skipped).toBe(false);
+    await using cc = await SafetensorsCheckpoint.open(a);
+    const name = "model.language_model.embed_tokens.weight";
+    expect(await cc.readBytes(name)).not.toEqual(await cb.readBytes(name));
+    expect((await listDir(dir)).sort()).toEqual(["a", "b"]);
+  });
+
+  it("an abort leaves no folder behind", async () => {
+    const dir = await tempDir();
+    const ac = new AbortController();
+    let n = 0;
+    const run = writeSyntheticCheckpoint({
+      config: tinyConfigJson(),
+      out: join(dir, "x"),
+      signal: ac.signal,
+      onProgress: () => {
+        if (++n === 3) ac.abort();
+      },
+    });
+    await expect(run).rejects.toMatchObject({ name: "AbortError" });
+    expect(await listDir(dir)).toEqual([]);
+  });
+});
