@@ -3,8 +3,7 @@
  * (as many as fit the per-package size budget with `fuse: "all"`), and the lm_head.
  */
 import { InvalidArgumentError, parameterCounts, type Qwen35Config } from "@anemll-qwen35/ir";
-
-export type WeightEncoding = "fp16" | "lut2" | "lut4" | "lut6" | "lut8" | "int8";
+import type { WeightQuant } from "./graph/quant.js";
 
 export interface PlanOptions {
   /** Super-blocks per package, or "all" (as many as the budget allows). */
@@ -12,7 +11,8 @@ export interface PlanOptions {
   /** Largest package size in bytes (default 1.5 GB: single ANE blobs of ~2 GB fell back to CPU). */
   budgetBytes: number;
   /** Encoding of the super-block projections. */
-  body: WeightEncoding;
+  body: WeightQuant;
+  /** Default LUT group size (output channels per LUT). */
   groupSize: number;
 }
 
@@ -33,23 +33,27 @@ export type PlannedComponent =
 
 export const DEFAULT_BUDGET_BYTES = 1.5e9;
 
-/** Bits per weight of an encoding, plus the LUT/scale overhead per group of output channels. */
-export function bytesFor(params: number, encoding: WeightEncoding, rows: number, groupSize: number): number {
-  switch (encoding) {
-    case "fp16":
+/** Stored bytes of `params` weights in `rows` output channels: payload plus LUT/scale overhead. */
+export function bytesFor(params: number, encoding: WeightQuant, rows: number, groupSize: number): number {
+  switch (encoding.kind) {
+    case "none":
       return params * 2;
     case "int8":
-      return params + rows * 2;
-    default: {
-      const bits = Number(encoding.slice(3));
-      const lutBytes = Math.ceil(rows / groupSize) * 2 ** bits * 2;
-      return Math.ceil((params * bits) / 8) + lutBytes;
+      return params + Math.ceil(params / (encoding.blockSize ?? params / rows)) * 2;
+    case "lut": {
+      const luts = encoding.perTensor ? 1 : Math.ceil(rows / (encoding.groupSize ?? groupSize));
+      return Math.ceil((params * encoding.bits) / 8) + luts * 2 ** encoding.bits * 2;
     }
   }
 }
 
 /** Estimated package size of one super-block (its four layers) under an encoding. */
-export function superBlockBytes(config: Qwen35Config, index: number, encoding: WeightEncoding, groupSize: number): number {
+export function superBlockBytes(
+  config: Qwen35Config,
+  index: number,
+  encoding: WeightQuant,
+  groupSize: number,
+): number {
   const perLayer = parameterCounts(config).perLayer;
   const params = config.superBlocks[index].layers.reduce((s, l) => s + perLayer[l], 0);
   // rows ≈ params / hidden: good enough for the LUT overhead term
@@ -79,8 +83,19 @@ export function planComponents(config: Qwen35Config, options: PlanOptions): Plan
     }
     const last = first + count - 1;
     const name = count === 1 ? `sb_${pad2(first)}` : `sb_${pad2(first)}-${pad2(last)}`;
-    const layers: [number, number] = [config.superBlocks[first].layers[0], config.superBlocks[last].layers[3] + 1];
-    out.push({ kind: "superblocks", name, file: `${name}.mlpackage`, first, count, layers, estimatedBytes: bytes });
+    const layers: [number, number] = [
+      config.superBlocks[first].layers[0],
+      config.superBlocks[last].layers[3] + 1,
+    ];
+    out.push({
+      kind: "superblocks",
+      name,
+      file: `${name}.mlpackage`,
+      first,
+      count,
+      layers,
+      estimatedBytes: bytes,
+    });
     first += count;
   }
   out.push({ kind: "lm_head", name: "lm_head", file: "lm_head.mlpackage" });

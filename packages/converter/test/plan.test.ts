@@ -2,19 +2,31 @@ import { parseQwen35Config, publishedConfigJson } from "@anemll-qwen35/ir";
 import { describe, expect, it } from "vitest";
 import { planComponents, superBlockBytes } from "../src/plan.js";
 
+const LUT4 = { kind: "lut", bits: 4 } as const;
+const NONE = { kind: "none" } as const;
+
 const cfg08 = parseQwen35Config(publishedConfigJson("0.8b"));
 const cfg9 = parseQwen35Config(publishedConfigJson("9b"));
 
 describe("planComponents", () => {
   it("puts one super-block per package with fuse 1", () => {
-    const plan = planComponents(cfg08, { fuse: 1, budgetBytes: 1.5e9, body: "lut4", groupSize: 8 });
-    expect(plan.map((c) => c.name)).toEqual(["embed", "sb_00", "sb_01", "sb_02", "sb_03", "sb_04", "sb_05", "lm_head"]);
+    const plan = planComponents(cfg08, { fuse: 1, budgetBytes: 1.5e9, body: LUT4, groupSize: 8 });
+    expect(plan.map((c) => c.name)).toEqual([
+      "embed",
+      "sb_00",
+      "sb_01",
+      "sb_02",
+      "sb_03",
+      "sb_04",
+      "sb_05",
+      "lm_head",
+    ]);
     const sb = plan[1];
     expect(sb.kind === "superblocks" && sb.layers).toEqual([0, 4]);
   });
 
   it("fuses the whole 0.8B stack into one package within the budget", () => {
-    const plan = planComponents(cfg08, { fuse: "all", budgetBytes: 1.5e9, body: "lut4", groupSize: 8 });
+    const plan = planComponents(cfg08, { fuse: "all", budgetBytes: 1.5e9, body: LUT4, groupSize: 8 });
     expect(plan.map((c) => c.name)).toEqual(["embed", "sb_00-05", "lm_head"]);
     const sb = plan[1];
     if (sb.kind !== "superblocks") throw new Error("expected super-blocks");
@@ -26,20 +38,22 @@ describe("planComponents", () => {
 
   it("lets the budget split a large model, never exceeding it", () => {
     const budget = 1e9;
-    const plan = planComponents(cfg9, { fuse: "all", budgetBytes: budget, body: "lut4", groupSize: 8 });
+    const plan = planComponents(cfg9, { fuse: "all", budgetBytes: budget, body: LUT4, groupSize: 8 });
     const sbs = plan.filter((c) => c.kind === "superblocks");
     expect(sbs.length).toBeGreaterThan(1);
     for (const c of sbs) if (c.kind === "superblocks") expect(c.estimatedBytes).toBeLessThanOrEqual(budget);
     const covered = sbs.reduce((n, c) => n + (c.kind === "superblocks" ? c.count : 0), 0);
     expect(covered).toBe(cfg9.superBlocks.length);
     // 9B super-block ≈ 4 layers × ~0.22 B params: fp16 ≈ 1.7 GB, LUT4 ≈ 0.43 GB → two per 1 GB package
-    expect(superBlockBytes(cfg9, 0, "fp16", 8)).toBeGreaterThan(1.5e9);
+    expect(superBlockBytes(cfg9, 0, NONE, 8)).toBeGreaterThan(1.5e9);
     expect(sbs.length).toBe(4);
   });
 
   it("groups fuse N at a time with a shorter last package", () => {
-    const plan = planComponents(cfg08, { fuse: 4, budgetBytes: 1.5e9, body: "lut4", groupSize: 8 });
+    const plan = planComponents(cfg08, { fuse: 4, budgetBytes: 1.5e9, body: LUT4, groupSize: 8 });
     expect(plan.map((c) => c.name)).toEqual(["embed", "sb_00-03", "sb_04-05", "lm_head"]);
-    expect(() => planComponents(cfg08, { fuse: 0, budgetBytes: 1, body: "lut4", groupSize: 8 })).toThrow(/--fuse/);
+    expect(() => planComponents(cfg08, { fuse: 0, budgetBytes: 1, body: LUT4, groupSize: 8 })).toThrow(
+      /--fuse/,
+    );
   });
 });

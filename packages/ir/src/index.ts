@@ -1,3 +1,4 @@
+export * from "./chain.js";
 export * from "./checkpoint/index.js";
 export * from "./dtype.js";
 export * from "./errors.js";

@@ -1,0 +1,87 @@
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { readChainManifest } from "@anemll-qwen35/ir";
+import { describe, expect, it } from "vitest";
+import { ConvertOptionError, convert, OutputError } from "../src/convert.js";
+import { UnsupportedModelError } from "../src/graph/errors.js";
+
+const FIXTURES = resolve(__dirname, "../../../fixtures");
+const tied = join(FIXTURES, "tiny-tied");
+const fresh = () => mkdtempSync(join(tmpdir(), "convert-"));
+
+describe("convert", () => {
+  it("writes the packages, tokenizer files and a model.json that validates", async () => {
+    const out = join(fresh(), "tiny");
+    const stages: string[] = [];
+    const r = await convert({
+      model: tied,
+      out,
+      ctx: 128,
+      fuse: 1,
+      lmHeadMaxRows: 512,
+      onProgress: (e) => stages.push(`${e.stage}:${e.component ?? ""}`),
+    });
+    const m = await readChainManifest(out);
+    expect(m.components.map((c) => c.file)).toEqual([
+      "embed.mlpackage",
+      "sb_00.mlpackage",
+      "sb_01.mlpackage",
+      "lm_head.mlpackage",
+    ]);
+    expect(m.quantization).toMatchObject({ body: "lut4", lmHead: "lut6", embed: "none", groupSize: 8 });
+    expect(m.ctx).toBe(128);
+    expect(m.tokenizer.files).toContain("tokenizer.json");
+    expect(m.tokenizer.eosTokenIds.length).toBeGreaterThan(0);
+    for (const c of m.components) expect(existsSync(join(out, c.file))).toBe(true);
+    expect(existsSync(`${out}.partial`)).toBe(false);
+    expect(stages.at(-1)).toBe("finish:");
+    expect(r.weights.some((w) => w.encoding.startsWith("lut4"))).toBe(true);
+  });
+
+  it("resumes an interrupted conversion, skipping components whose checksums match", async () => {
+    const out = join(fresh(), "tiny");
+    const ac = new AbortController();
+    await expect(
+      convert({
+        model: tied,
+        out,
+        ctx: 128,
+        fuse: 1,
+        signal: ac.signal,
+        onProgress: (e) => {
+          if (e.stage === "component" && e.component === "sb_01") ac.abort();
+        },
+      }),
+    ).rejects.toThrow();
+    expect(existsSync(out)).toBe(false); // never looks complete
+    expect(existsSync(join(`${out}.partial`, "sb_00.mlpackage"))).toBe(true);
+    const r = await convert({ model: tied, out, ctx: 128, fuse: 1, resume: true });
+    expect(r.skipped).toEqual(["embed", "sb_00"]);
+    expect((await readChainManifest(out)).components).toHaveLength(4);
+  });
+
+  it("rejects bad options and inputs with clear errors", async () => {
+    const out = join(fresh(), "x");
+    await expect(convert({ model: tied, out, ctx: 64 })).rejects.toThrow(ConvertOptionError);
+    await expect(convert({ model: tied, out, ctx: 8192 })).rejects.toThrow(
+      /--ctx: must be an integer from 128 to 4096/,
+    );
+    await expect(convert({ model: join(FIXTURES, "tiny-moe"), out })).rejects.toThrow(UnsupportedModelError);
+    await expect(convert({ model: join(FIXTURES, "tiny-moe"), out })).rejects.toThrow(/runtime-mlx/);
+    await expect(convert({ model: "/no/such/model", out })).rejects.toThrow(/does not exist/);
+    if (process.getuid?.() !== 0) {
+      const ro = fresh();
+      chmodSync(ro, 0o500);
+      await expect(convert({ model: tied, out: join(ro, "m") })).rejects.toThrow(OutputError);
+    } else {
+      // root can write anywhere: use a path under a regular file instead
+      const parent = join(fresh(), "file");
+      mkdirSync(parent);
+      const blocker = join(parent, "f");
+      (await import("node:fs")).writeFileSync(blocker, "");
+      await expect(convert({ model: tied, out: join(blocker, "m") })).rejects.toThrow(OutputError);
+    }
+    expect(readdirSync(join(out, "..")).filter((f) => !f.startsWith("."))).toEqual([]);
+  });
+});

@@ -1,0 +1,284 @@
+/**
+ * The contract between a converted chain and whoever runs it (runtime-ane, the converter's tests,
+ * costplan): model.json's schema, and every component input, output and state with its shape,
+ * dtype and role, so that a runner binds buffers without guessing from names.
+ *
+ * The per-step protocol for one decode token at position p (0 ≤ p < ctx):
+ *   embed:        input_ids = [[token]]                              → hidden
+ *   superblocks:  hidden, position = [p], mask (see MaskRule), and per layer
+ *                   gdn{L}_conv / gdn{L}_rec  (zeros at sequence start) → gdn{L}_conv_out / gdn{L}_rec_out,
+ *                   which replace them for the next step;
+ *                 io KV:      kv{L}_k / kv{L}_v [1, Hkv, ctx, hd] (rows < p valid) → kv{L}_k_new / kv{L}_v_new
+ *                             [1, Hkv, 1, hd], which the host writes into its cache at row p;
+ *                 mlstate KV: the package's state `kv` (zeros at sequence start), updated in place;
+ *                                                                       → hidden_out (the next package's hidden)
+ *   lm_head:      hidden → logits_0..k-1 (piece i covers vocab rows [rowOffset_i, rowOffset_i + rows_i)),
+ *                 or argmax_idx / argmax_val [k]: per-piece top-1 index (within the piece) and value;
+ *                 the token is rowOffset_i + argmax_idx[i] for the i with the largest argmax_val
+ *                 (the first such i on ties).
+ */
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { z } from "zod";
+import { AnemllError } from "./errors.js";
+
+export type ComponentKind = "embed" | "superblocks" | "lm_head";
+export type GraphDType = "fp16" | "fp32";
+export type KvPlacement = "io" | "mlstate";
+export type IoDType = "fp16" | "fp32" | "int32";
+
+/** fp16's lowest finite value: the additive mask for keys a query must not see. */
+export const MASK_NEG = -65504;
+
+/**
+ * How the host fills `mask` at position p (additive; MASK_NEG for hidden keys):
+ *   "io":      keys = ctx + 1 (the cache rows, then this token's own row):
+ *              mask[j] = 0 for j < p and for j = ctx, MASK_NEG otherwise.
+ *   "mlstate": keys = ctx (the state rows, this token's row already written at p):
+ *              mask[j] = 0 for j ≤ p, MASK_NEG otherwise.
+ */
+export type MaskRule = "io" | "mlstate";
+
+export type IoRole =
+  | { readonly kind: "input_ids" }
+  | { readonly kind: "hidden_in" }
+  | { readonly kind: "hidden_out" }
+  | { readonly kind: "position" }
+  | { readonly kind: "mask"; readonly rule: MaskRule; readonly keys: number; readonly maskValue: number }
+  /** GDN conv window: the last 3 pre-conv in_proj_qkv columns. `next` is the input an output replaces. */
+  | { readonly kind: "gdn_conv_in"; readonly layer: number }
+  | { readonly kind: "gdn_conv_out"; readonly layer: number; readonly next: string }
+  /** GDN recurrent state [1, Hv, dk, dv]; it holds `scale`·S (S of the reference model). */
+  | { readonly kind: "gdn_rec_in"; readonly layer: number; readonly scale: number }
+  | { readonly kind: "gdn_rec_out"; readonly layer: number; readonly scale: number; readonly next: string }
+  /** io KV: the host's cache for one attention layer (rows < position valid). */
+  | { readonly kind: "kv_cache"; readonly layer: number; readonly part: "k" | "v" }
+  /** io KV: this token's row (post-norm, post-RoPE k; raw v); write it into `cache` at row `position`. */
+  | {
+      readonly kind: "kv_new";
+      readonly layer: number;
+      readonly part: "k" | "v";
+      readonly cache: string;
+      readonly writeRow: "position";
+    }
+  /** mlstate KV: `kv` [2·n, Hkv, ctx, hd]; row r holds one layer's K or V. */
+  | {
+      readonly kind: "kv_state";
+      readonly rows: readonly { readonly row: number; readonly layer: number; readonly part: "k" | "v" }[];
+    }
+  | { readonly kind: "logits"; readonly piece: number; readonly rowOffset: number; readonly rows: number }
+  | { readonly kind: "argmax_idx"; readonly rowOffsets: readonly number[] }
+  | { readonly kind: "argmax_val"; readonly rowOffsets: readonly number[] };
+
+export interface IoTensor {
+  readonly name: string;
+  readonly dtype: IoDType;
+  readonly shape: readonly number[];
+  readonly role: IoRole;
+}
+
+export interface LmHeadPiece {
+  readonly rowOffset: number;
+  readonly rows: number;
+}
+
+export interface ComponentIO {
+  readonly component: ComponentKind;
+  readonly dtype: GraphDType;
+  readonly ctx: number;
+  readonly state: KvPlacement;
+  /** Decoder layers inside (superblocks only; global indices). */
+  readonly layers: readonly number[];
+  /** Super-block indices inside (superblocks only). */
+  readonly superBlocks: readonly number[];
+  readonly inputs: readonly IoTensor[];
+  readonly outputs: readonly IoTensor[];
+  /** Core ML states (mlstate KV only). */
+  readonly states: readonly IoTensor[];
+  /** lm_head only: the vocabulary split and whether the outputs are the argmax pair. */
+  readonly lmHead?: {
+    readonly vocab: number;
+    readonly pieces: readonly LmHeadPiece[];
+    readonly argmax: boolean;
+  };
+  /** Facts a runtime or a reader of model.json must know (e.g. the GDN state scaling). */
+  readonly notes: readonly string[];
+}
+
+/** The mask for one step at `position`, as float values (cast to the mask dtype by the host). */
+export function decodeMask(rule: MaskRule, ctx: number, position: number): Float32Array {
+  if (!Number.isInteger(position) || position < 0 || position >= ctx) {
+    throw new RangeError(`position ${position} is outside the context [0, ${ctx})`);
+  }
+  if (rule === "io") {
+    const m = new Float32Array(ctx + 1).fill(MASK_NEG);
+    m.fill(0, 0, position);
+    m[ctx] = 0;
+    return m;
+  }
+  const m = new Float32Array(ctx).fill(MASK_NEG);
+  m.fill(0, 0, position + 1);
+  return m;
+}
+
+/** The vocabulary id picked by an argmax-mode lm_head (largest value; first piece on ties). */
+export function argmaxToken(
+  rowOffsets: readonly number[],
+  idx: ArrayLike<number>,
+  val: ArrayLike<number>,
+): number {
+  let best = 0;
+  for (let i = 1; i < rowOffsets.length; i++) if (val[i] > val[best]) best = i;
+  return rowOffsets[best] + idx[best];
+}
+
+// ---------------------------------------------------------------------------------------------
+// model.json
+
+export const CHAIN_FORMAT = "anemll-qwen35.chain";
+export const CHAIN_FORMAT_VERSION = 1;
+export const CHAIN_MANIFEST_FILE = "model.json";
+
+const ioTensorSchema = z.object({
+  name: z.string().min(1),
+  dtype: z.enum(["fp16", "fp32", "int32"]),
+  shape: z.array(z.number().int().nonnegative()),
+  role: z.object({ kind: z.string() }).passthrough(),
+});
+
+const componentIoSchema = z.object({
+  component: z.enum(["embed", "superblocks", "lm_head"]),
+  dtype: z.enum(["fp16", "fp32"]),
+  ctx: z.number().int().positive(),
+  state: z.enum(["io", "mlstate"]),
+  layers: z.array(z.number().int().nonnegative()),
+  superBlocks: z.array(z.number().int().nonnegative()),
+  inputs: z.array(ioTensorSchema),
+  outputs: z.array(ioTensorSchema),
+  states: z.array(ioTensorSchema),
+  lmHead: z
+    .object({
+      vocab: z.number().int().positive(),
+      pieces: z.array(
+        z.object({ rowOffset: z.number().int().nonnegative(), rows: z.number().int().positive() }),
+      ),
+      argmax: z.boolean(),
+    })
+    .optional(),
+  notes: z.array(z.string()),
+});
+
+const componentSchema = z.object({
+  name: z.string().min(1),
+  kind: z.enum(["embed", "superblocks", "lm_head"]),
+  file: z.string().regex(/^[^/\\]+\.mlpackage$/, "a .mlpackage file name inside the model folder"),
+  function: z.string().min(1),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  io: componentIoSchema,
+});
+
+export const chainManifestSchema = z.object({
+  format: z.literal(CHAIN_FORMAT),
+  formatVersion: z.literal(CHAIN_FORMAT_VERSION),
+  converter: z.object({ name: z.string(), version: z.string() }),
+  source: z.object({ model: z.string(), revision: z.string().optional(), configSha256: z.string() }),
+  model: z.object({
+    modelType: z.string(),
+    hiddenSize: z.number().int().positive(),
+    numLayers: z.number().int().positive(),
+    vocabSize: z.number().int().positive(),
+    superBlocks: z.number().int().positive(),
+    tiedEmbeddings: z.boolean(),
+  }),
+  ctx: z.number().int().positive(),
+  fuse: z.union([z.number().int().positive(), z.literal("all")]),
+  state: z.enum(["io", "mlstate"]),
+  dtype: z.enum(["fp16", "fp32"]),
+  quantization: z.object({
+    body: z.string(),
+    lmHead: z.string(),
+    embed: z.string(),
+    groupSize: z.number().int(),
+  }),
+  argmax: z.boolean(),
+  components: z.array(componentSchema).min(3),
+  tokenizer: z.object({
+    files: z.array(z.string()),
+    eosTokenIds: z.array(z.number().int().nonnegative()),
+    chatTemplate: z.string().optional(),
+  }),
+});
+
+export interface ChainManifestComponent {
+  readonly name: string;
+  readonly kind: ComponentKind;
+  readonly file: string;
+  readonly function: string;
+  readonly sha256: string;
+  readonly io: ComponentIO;
+}
+
+export type ChainManifest = Omit<z.infer<typeof chainManifestSchema>, "components"> & {
+  readonly components: readonly ChainManifestComponent[];
+};
+
+/** model.json is missing, not JSON, or does not match the schema; `field` names the first problem. */
+export class ChainManifestError extends AnemllError {
+  readonly file: string;
+  readonly field: string | undefined;
+  constructor(file: string, message: string, field?: string, options?: { cause?: unknown }) {
+    super("E_CHAIN_MANIFEST", `${file}: ${message}`, options);
+    this.file = file;
+    this.field = field;
+  }
+}
+
+export function parseChainManifest(json: unknown, file = CHAIN_MANIFEST_FILE): ChainManifest {
+  const r = chainManifestSchema.safeParse(json);
+  if (!r.success) {
+    const issue = r.error.issues[0];
+    const field = issue.path.join(".");
+    throw new ChainManifestError(file, `${field || "(root)"}: ${issue.message}`, field);
+  }
+  const m = r.data as unknown as ChainManifest;
+  const kinds = m.components.map((c) => c.kind);
+  if (
+    kinds[0] !== "embed" ||
+    kinds.at(-1) !== "lm_head" ||
+    kinds.slice(1, -1).some((k) => k !== "superblocks")
+  ) {
+    throw new ChainManifestError(
+      file,
+      "components must be embed, then super-blocks, then lm_head",
+      "components",
+    );
+  }
+  return m;
+}
+
+/** Reads and validates `<dir>/model.json`. */
+export async function readChainManifest(dir: string): Promise<ChainManifest> {
+  const file = join(dir, CHAIN_MANIFEST_FILE);
+  let text: string;
+  try {
+    text = await readFile(file, "utf8");
+  } catch (err) {
+    throw new ChainManifestError(
+      file,
+      "not found — is this a folder written by `anemll-qwen35 convert`?",
+      undefined,
+      {
+        cause: err,
+      },
+    );
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    throw new ChainManifestError(file, `not valid JSON (${(err as Error).message})`, undefined, {
+      cause: err,
+    });
+  }
+  return parseChainManifest(json, file);
+}
