@@ -1,0 +1,32 @@
+/**
+ * A backend loads one component package and runs predictions on it. The chain runner owns every
+ * buffer and decides what to feed; backends only move tensors in and out (fp16 as bit patterns).
+ */
+import type { ComponentIO, Tensor } from "@anemll-qwen35/ir";
+
+export type BackendName = "reference" | "coreml";
+
+/** A Core ML state (mlstate KV) or the interpreter's equivalent; opaque to the chain runner. */
+export interface ComponentState {
+  reset(): void;
+}
+
+export interface LoadedComponent {
+  newState(): ComponentState;
+  predict(inputs: Record<string, Tensor>, state?: ComponentState): Promise<Record<string, Tensor>>;
+  dispose(): void;
+}
+
+export interface LoadComponentOptions {
+  readonly name: string;
+  readonly functionName: string;
+  readonly io: ComponentIO;
+  /** sha256 of the package (from model.json): the compile-cache key. */
+  readonly sha256: string;
+  readonly signal?: AbortSignal;
+}
+
+export interface Backend {
+  readonly name: BackendName;
+  load(packagePath: string, options: LoadComponentOptions): Promise<LoadedComponent>;
+}

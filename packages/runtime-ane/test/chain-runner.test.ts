@@ -1,0 +1,116 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { type ConvertOptions, convert } from "@anemll-qwen35/converter";
+import { ContextOverflowError, generate } from "@anemll-qwen35/generate";
+import { argmax, ChainManifestError, cosine, loadGolden, maxAbsDiff } from "@anemll-qwen35/ir";
+import { beforeAll, describe, expect, it } from "vitest";
+import { ChainLoadError, openChain, UnknownBackendError } from "../src/index.js";
+
+const FIXTURES = resolve(__dirname, "../../../fixtures");
+const work = mkdtempSync(join(tmpdir(), "runtime-ane-"));
+
+async function converted(name: string, opts: Partial<ConvertOptions>): Promise<string> {
+  const out = join(work, `${name}-${Object.values(opts).join("-")}`);
+  await convert({ model: join(FIXTURES, name), out, ctx: 128, fuse: 1, lmHeadMaxRows: 512, ...opts });
+  return out;
+}
+
+const plain = { body: { kind: "none" }, lmHead: { kind: "none" }, embed: { kind: "none" } } as const;
+
+describe("ChainRunner on the reference backend", () => {
+  let fp32Dir: string;
+  let fp16Dir: string;
+  beforeAll(async () => {
+    fp32Dir = await converted("tiny-tied", { ...plain, dtype: "fp32" });
+    fp16Dir = await converted("tiny-tied", { ...plain });
+  }, 120_000);
+
+  it("reproduces the Hugging Face golden logits and greedy tokens (fp32 conversion, fp32 mode)", async () => {
+    const g = await loadGolden(join(FIXTURES, "tiny-tied"));
+    const { model } = await openChain(fp32Dir, { backend: "reference", precision: "fp32" });
+    const first = await model.prefill(g.promptIds);
+    if (!("logits" in first)) throw new Error("expected logits");
+    expect(maxAbsDiff(first.logits, g.promptLogits.at(-1)!)).toBeLessThan(1e-3);
+    let worst = 0;
+    for (let i = 0; i < g.decodeLogits.length; i++) {
+      const out = await model.decode(g.generatedIds[i]);
+      if (!("logits" in out)) throw new Error("expected logits");
+      worst = Math.max(worst, maxAbsDiff(out.logits, g.decodeLogits[i]));
+      expect(argmax(out.logits)).toBe(g.generatedIds[i + 1]);
+    }
+    expect(worst).toBeLessThan(1e-3);
+    expect(model.position).toBe(g.promptIds.length + g.decodeLogits.length);
+  });
+
+  it("keeps greedy tokens and cosine ≥ 0.999 with the fp16 program in fp16 mode", async () => {
+    const g = await loadGolden(join(FIXTURES, "tiny-tied"));
+    const { model } = await openChain(fp16Dir, { backend: "reference", precision: "fp16" });
+    const first = await model.prefill(g.promptIds);
+    if (!("logits" in first)) throw new Error("expected logits");
+    expect(argmax(first.logits)).toBe(g.generatedIds[0]);
+    for (let i = 0; i < g.decodeLogits.length; i++) {
+      const out = await model.decode(g.generatedIds[i]);
+      if (!("logits" in out)) throw new Error("expected logits");
+      expect(argmax(out.logits)).toBe(g.generatedIds[i + 1]);
+      expect(cosine(out.logits, g.decodeLogits[i])).toBeGreaterThan(0.999);
+    }
+  });
+
+  it("streams the golden text through generate() with the chain's tokenizer", async () => {
+    const g = await loadGolden(join(FIXTURES, "tiny-tied"));
+    const { model, tokenizer } = await openChain(fp32Dir, { backend: "reference" });
+    const gen = generate(model, tokenizer, { prompt: g.promptIds, maxTokens: g.generatedIds.length });
+    const streamed: number[] = [];
+    for await (const chunk of gen) streamed.push(...(chunk.type === "text" ? chunk.tokenIds : []));
+    const result = await gen;
+    expect(result.stats.generatedTokens).toBe(g.generatedIds.length);
+    expect(streamed).toEqual(g.generatedIds);
+    expect(result.stats.decodeTokensPerSecond).toBeGreaterThan(0);
+  });
+
+  it("merges an argmax head and runs mlstate KV to the same tokens", async () => {
+    const g = await loadGolden(join(FIXTURES, "tiny-tied"));
+    const dir = await converted("tiny-tied", { ...plain, dtype: "fp32", argmax: true, state: "mlstate" });
+    const { model } = await openChain(dir, { backend: "reference" });
+    expect(model.outputKind).toBe("top1");
+    let out = await model.prefill(g.promptIds);
+    for (let i = 0; i < 6; i++) {
+      if (!("top1" in out)) throw new Error("expected top1");
+      expect(out.top1.id).toBe(g.generatedIds[i]);
+      out = await model.decode(g.generatedIds[i]);
+    }
+    model.reset();
+    expect(model.position).toBe(0);
+    const again = await model.prefill(g.promptIds);
+    expect("top1" in again && again.top1.id).toBe(g.generatedIds[0]);
+  });
+
+  it("refuses a prompt longer than the context, or slides the window when asked", async () => {
+    const { model } = await openChain(fp32Dir, { backend: "reference" });
+    const long = Array.from({ length: 129 }, (_, i) => 100 + (i % 50));
+    await expect(model.prefill(long)).rejects.toThrow(ContextOverflowError);
+    const sliding = await openChain(fp32Dir, {
+      backend: "reference",
+      contextOverflow: "slide",
+      slideKeep: 0.25,
+    });
+    const out = await sliding.model.prefill(long);
+    expect("logits" in out).toBe(true);
+    expect(sliding.model.position).toBe(32);
+  });
+
+  it("gives clear errors for a bad model folder or backend", async () => {
+    const bad = mkdtempSync(join(work, "bad-"));
+    await expect(openChain(bad)).rejects.toThrow(ChainManifestError);
+    writeFileSync(join(bad, "model.json"), "{not json");
+    await expect(openChain(bad)).rejects.toThrow(/not valid JSON/);
+    const m = JSON.parse(readFileSync(join(fp32Dir, "model.json"), "utf8"));
+    writeFileSync(join(bad, "model.json"), JSON.stringify({ ...m, ctx: "big" }));
+    await expect(openChain(bad)).rejects.toThrow(/ctx/);
+    writeFileSync(join(bad, "model.json"), JSON.stringify(m));
+    await expect(openChain(bad)).rejects.toThrow(ChainLoadError);
+    await expect(openChain(fp32Dir, { backend: "tpu" as "reference" })).rejects.toThrow(UnknownBackendError);
+    rmSync(bad, { recursive: true });
+  });
+});
