@@ -1,7 +1,14 @@
 import { AnemllError } from "@anemll-qwen35/ir";
 import { Command, CommanderError } from "commander";
+import { registerChat } from "./commands/chat.js";
+import { registerConvert } from "./commands/convert.js";
+import { registerDemo } from "./commands/demo.js";
 import { registerDoctor } from "./commands/doctor.js";
+import { registerInspect } from "./commands/inspect.js";
+import { registerRun } from "./commands/run.js";
+import { registerVerify } from "./commands/verify.js";
 import type { Context } from "./context.js";
+import { UsageError } from "./options.js";
 import { makeOutput, type Streams } from "./output.js";
 
 export const VERSION = "0.1.0";
@@ -19,7 +26,13 @@ export function buildProgram(streams: Streams): Command {
       writeErr: (s) => streams.stderr.write(s),
     });
   const ctx: Context = { streams, output: () => makeOutput(Boolean(program.opts().json), streams) };
+  registerConvert(program, ctx);
+  registerRun(program, ctx);
+  registerChat(program, ctx);
+  registerVerify(program, ctx);
+  registerInspect(program, ctx);
   registerDoctor(program, ctx);
+  registerDemo(program, ctx);
   return program;
 }
 
@@ -40,6 +53,6 @@ export async function run(argv: readonly string[], streams: Streams): Promise<nu
     streams.stderr.write(`error: ${message}\n`);
     if (!(err instanceof AnemllError) && err instanceof Error && err.stack)
       streams.stderr.write(`${err.stack}\n`);
-    return 1;
+    return err instanceof UsageError ? 2 : 1;
   }
 }

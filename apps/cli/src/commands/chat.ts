@@ -1,0 +1,78 @@
+import { createInterface } from "node:readline/promises";
+import { type ChatMessage, generate } from "@anemll-qwen35/generate";
+import type { Command } from "commander";
+import type { Context } from "../context.js";
+import { addSamplingOptions, samplingFrom, statsLine } from "../generation-options.js";
+import { addModelOptions, type ModelOptions, openModel } from "../model.js";
+
+const HELP = "commands: /reset (forget the conversation) · /think on|off · /exit";
+
+export function registerChat(program: Command, ctx: Context): void {
+  const cmd = program
+    .command("chat")
+    .description("chat with a converted model (history kept; /reset, /think on|off, /exit)")
+    .argument("<model>", "folder written by `convert`")
+    .option("--system <text>", "system message");
+  addModelOptions(cmd);
+  addSamplingOptions(cmd);
+  cmd.action(async (dir: string, o) => {
+    const out = ctx.output();
+    const { model, tokenizer, describe } = await openModel(dir, o as ModelOptions, out.notice);
+    const rl = createInterface({
+      input: process.stdin,
+      output: process.stdout,
+      terminal: process.stdin.isTTY === true,
+    });
+    const history: ChatMessage[] = o.system ? [{ role: "system", content: o.system }] : [];
+    let thinking = Boolean(o.think);
+    out.notice(`${describe} · context ${model.contextLength} tokens · ${HELP}`);
+    try {
+      for (;;) {
+        let line: string;
+        try {
+          line = (await rl.question("> ")).trim();
+        } catch {
+          break; // stdin closed
+        }
+        if (line === "") continue;
+        if (line === "/exit" || line === "/quit") break;
+        if (line === "/reset") {
+          history.splice(o.system ? 1 : 0);
+          out.notice("conversation cleared");
+          continue;
+        }
+        const think = /^\/think\s+(on|off)$/.exec(line);
+        if (think) {
+          thinking = think[1] === "on";
+          out.notice(`thinking ${thinking ? "on" : "off"}`);
+          continue;
+        }
+        if (line.startsWith("/")) {
+          out.notice(`unknown command ${line} — ${HELP}`);
+          continue;
+        }
+        history.push({ role: "user", content: line });
+        // the whole conversation is re-rendered each turn, so start from an empty state
+        model.reset();
+        const gen = generate(model, tokenizer, {
+          messages: history,
+          enableThinking: thinking,
+          maxTokens: o.maxTokens,
+          sampling: samplingFrom(o),
+          stop: o.stop,
+        });
+        for await (const chunk of gen) {
+          if (chunk.type === "thinking") out.write(`\x1b[2m${chunk.text}\x1b[0m`);
+          else if (chunk.type === "text") out.write(chunk.text);
+        }
+        const r = await gen;
+        out.line();
+        out.notice(statsLine(r.stats, r.finishReason));
+        history.push({ role: "assistant", content: r.text, reasoning_content: r.thinking || undefined });
+      }
+    } finally {
+      rl.close();
+      model.dispose();
+    }
+  });
+}

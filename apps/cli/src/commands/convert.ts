@@ -1,0 +1,112 @@
+import { createWriteStream } from "node:fs";
+import { convert, DEFAULT_CTX, MAX_CTX, MIN_CTX } from "@anemll-qwen35/converter";
+import type { Command } from "commander";
+import type { Context } from "../context.js";
+import { bytes, choice, fuse, int, weightQuant } from "../options.js";
+import { progressBar } from "../progress.js";
+
+export function registerConvert(program: Command, ctx: Context): void {
+  program
+    .command("convert")
+    .description(
+      "convert a Qwen3.5 checkpoint (folder or hf:owner/name[@rev]) into Core ML packages for the ANE",
+    )
+    .argument("<model>", "checkpoint folder or hf:owner/name[@revision]")
+    .requiredOption("-o, --out <dir>", "output folder (replaced only when the conversion completes)")
+    .option("--ctx <n>", `context length, ${MIN_CTX}…${MAX_CTX}`, int("--ctx", MIN_CTX, MAX_CTX), DEFAULT_CTX)
+    .option("--fuse <n|all>", "super-blocks per package, or all that fit the budget", fuse, "all")
+    .option("--budget <size>", "largest package size", bytes("--budget"), 1.5e9)
+    .option(
+      "--state <where>",
+      "KV cache placement: io or mlstate",
+      choice("--state", ["io", "mlstate"] as const),
+      "io",
+    )
+    .option(
+      "--dtype <dtype>",
+      "fp16 (the ANE program) or fp32 (exact, for checks)",
+      choice("--dtype", ["fp16", "fp32"] as const),
+      "fp16",
+    )
+    .option(
+      "--lut <bits>",
+      "super-block weights: 2|4|6|8[,group|,per-tensor], int8[,block] or none",
+      weightQuant("--lut"),
+      weightQuant("--lut")("4"),
+    )
+    .option(
+      "--lmhead-lut <bits>",
+      "lm_head weights: 4|6|8, int8 or none",
+      weightQuant("--lmhead-lut"),
+      weightQuant("--lmhead-lut")("6"),
+    )
+    .option(
+      "--embed-lut <bits>",
+      "embedding weights: 4|6|8, int8 or none",
+      weightQuant("--embed-lut"),
+      weightQuant("--embed-lut")("none"),
+    )
+    .option("--group-size <n>", "output channels per LUT", int("--group-size", 1), 8)
+    .option("--argmax", "lm_head returns per-piece top-1 instead of logits")
+    .option(
+      "--lmhead-rows <n>",
+      "most vocabulary rows per lm_head piece",
+      int("--lmhead-rows", 1, 16384),
+      16384,
+    )
+    .option("--resume", "reuse components of an interrupted conversion whose checksums match")
+    .option("--workers <n>", "worker threads for k-means", int("--workers", 1))
+    .option("--log <file>", "write the conversion log (per-tensor reconstruction error) to a file")
+    .action(async (model: string, o) => {
+      const out = ctx.output();
+      const bar = progressBar("convert", !out.json && process.stderr.isTTY === true);
+      const log = o.log ? createWriteStream(o.log) : undefined;
+      const ac = new AbortController();
+      const onSigint = () => ac.abort();
+      process.once("SIGINT", onSigint);
+      try {
+        const r = await convert({
+          model,
+          out: o.out,
+          ctx: o.ctx,
+          fuse: o.fuse,
+          budgetBytes: o.budget,
+          state: o.state,
+          dtype: o.dtype,
+          body: o.lut,
+          lmHead: o.lmheadLut,
+          embed: o.embedLut,
+          groupSize: o.groupSize,
+          argmax: Boolean(o.argmax),
+          lmHeadMaxRows: o.lmheadRows,
+          resume: Boolean(o.resume),
+          workers: o.workers,
+          signal: ac.signal,
+          onProgress: (e) => bar.update(e.fraction, `${e.stage}${e.component ? ` ${e.component}` : ""}`),
+          onLog: (line) => {
+            log?.write(`${line}\n`);
+            if (line.startsWith("warning:")) out.notice(line);
+          },
+        });
+        bar.stop();
+        const worst = r.weights.reduce((m, w) => Math.max(m, w.relative), 0);
+        out.result({
+          out: r.out,
+          seconds: r.seconds,
+          skipped: r.skipped,
+          components: r.manifest.components.map((c) => c.file),
+          worstRelativeWeightError: worst,
+        });
+        out.line(`converted ${model} → ${r.out} in ${r.seconds.toFixed(1)} s`);
+        for (const c of r.manifest.components)
+          out.line(`  ${c.file}${r.skipped.includes(c.name) ? "  (reused)" : ""}`);
+        out.line(
+          `  ctx ${r.manifest.ctx} · state ${r.manifest.state} · ${r.manifest.dtype} · body ${r.manifest.quantization.body} · lm_head ${r.manifest.quantization.lmHead} · worst relative weight error ${worst.toExponential(2)}`,
+        );
+      } finally {
+        bar.stop();
+        log?.end();
+        process.removeListener("SIGINT", onSigint);
+      }
+    });
+}

@@ -1,0 +1,58 @@
+import { generate } from "@anemll-qwen35/generate";
+import type { Command } from "commander";
+import type { Context } from "../context.js";
+import { addSamplingOptions, samplingFrom, statsLine } from "../generation-options.js";
+import { addModelOptions, type ModelOptions, openModel } from "../model.js";
+
+export function registerRun(program: Command, ctx: Context): void {
+  const cmd = program
+    .command("run")
+    .description("generate text for a prompt with a converted model, streaming it, then print a stats line")
+    .argument("<model>", "folder written by `convert`")
+    .argument("<prompt...>", "the prompt")
+    .option("--raw", "send the prompt as is, without the chat template")
+    .option("--system <text>", "system message (chat template)");
+  addModelOptions(cmd);
+  addSamplingOptions(cmd);
+  cmd.action(async (dir: string, words: string[], o) => {
+    const out = ctx.output();
+    const prompt = words.join(" ");
+    const { model, tokenizer, describe } = await openModel(dir, o as ModelOptions, out.notice);
+    const ac = new AbortController();
+    const onSigint = () => ac.abort();
+    process.once("SIGINT", onSigint);
+    try {
+      const messages = [
+        ...(o.system ? [{ role: "system" as const, content: o.system }] : []),
+        { role: "user" as const, content: prompt },
+      ];
+      const gen = generate(model, tokenizer, {
+        ...(o.raw ? { prompt } : { messages }),
+        enableThinking: o.think ? true : o.raw ? undefined : false,
+        maxTokens: o.maxTokens,
+        sampling: samplingFrom(o),
+        stop: o.stop,
+        signal: ac.signal,
+      });
+      for await (const chunk of gen) {
+        if (chunk.type === "thinking") out.write(`\x1b[2m${chunk.text}\x1b[0m`);
+        else if (chunk.type === "text") out.write(chunk.text);
+      }
+      const r = await gen;
+      out.line();
+      out.result({
+        text: r.text,
+        thinking: r.thinking,
+        tokenIds: r.tokenIds,
+        toolCalls: r.toolCalls,
+        finishReason: r.finishReason,
+        stats: r.stats,
+        backend: describe,
+      });
+      if (!out.json) out.notice(`${statsLine(r.stats, r.finishReason)} · ${describe}`);
+    } finally {
+      process.removeListener("SIGINT", onSigint);
+      model.dispose();
+    }
+  });
+}

@@ -1,0 +1,132 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { loadGolden } from "@anemll-qwen35/ir";
+import { beforeAll, describe, expect, it } from "vitest";
+import { cli } from "./helpers.js";
+
+const FIXTURE = resolve(__dirname, "../../../fixtures/tiny-tied");
+const work = mkdtempSync(join(tmpdir(), "cli-"));
+const exact = join(work, "exact");
+
+describe("convert → run → verify → inspect", () => {
+  beforeAll(async () => {
+    const r = await cli(
+      "convert",
+      FIXTURE,
+      "-o",
+      exact,
+      "--ctx",
+      "128",
+      "--fuse",
+      "1",
+      "--dtype",
+      "fp32",
+      "--lut",
+      "none",
+      "--lmhead-lut",
+      "none",
+      "--lmhead-rows",
+      "512",
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/sb_01\.mlpackage/);
+  }, 120_000);
+
+  it("run with greedy sampling reproduces the Hugging Face golden tokens", async () => {
+    const g = await loadGolden(FIXTURE);
+    const r = await cli(
+      "--json",
+      "run",
+      exact,
+      "Hi!",
+      "--backend",
+      "reference",
+      "--max-tokens",
+      String(g.generatedIds.length),
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const doc = JSON.parse(r.stdout);
+    expect(doc.tokenIds).toEqual(g.generatedIds);
+    expect(doc.stats.decodeTokensPerSecond).toBeGreaterThan(0);
+  });
+
+  it("run streams text and prints a stats line", async () => {
+    const r = await cli("run", exact, "Hi!", "--backend", "reference", "--max-tokens", "5");
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.length).toBeGreaterThan(0);
+    expect(r.stderr).toMatch(/decode [\d.]+ tok\/s · 5 tokens · length/);
+  });
+
+  it("verify prints identical greedy agreement against the goldens", async () => {
+    const r = await cli("--json", "verify", exact);
+    expect(r.code, r.stderr).toBe(0);
+    const doc = JSON.parse(r.stdout);
+    expect(doc.tokensIdentical).toBe(true);
+    expect(doc.maxAbsLogitDiff).toBeLessThan(1e-3);
+  });
+
+  it("inspect summarises model.json and prints a component's MIL", async () => {
+    const s = await cli("inspect", exact);
+    expect(s.stdout).toMatch(/2 super-blocks/);
+    expect(s.stdout).toMatch(/lm_head\.mlpackage/);
+    const mil = await cli("inspect", exact, "--component", "sb_00");
+    expect(mil.code).toBe(0);
+    expect(mil.stdout).toMatch(/conv\(/);
+    expect(mil.stdout).toMatch(/layer_norm\(/);
+  });
+
+  it("fails clearly with a non-zero exit on bad input", async () => {
+    const empty = mkdtempSync(join(work, "empty-"));
+    let r = await cli("run", empty, "Hi!", "--backend", "reference");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/model\.json: not found/);
+
+    writeFileSync(join(empty, "model.json"), "{");
+    r = await cli("inspect", empty);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/not valid JSON/);
+
+    r = await cli("run", exact, "Hi!", "--backend", "gpu");
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--backend must be one of reference, coreml/);
+
+    r = await cli("run", exact, "word ".repeat(200), "--backend", "reference", "--raw");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/context holds 128/);
+
+    const broken = join(work, "broken");
+    await cli(
+      "convert",
+      FIXTURE,
+      "-o",
+      broken,
+      "--ctx",
+      "128",
+      "--fuse",
+      "all",
+      "--lut",
+      "none",
+      "--lmhead-lut",
+      "none",
+    );
+    rmSync(join(broken, "embed.mlpackage", "Manifest.json"));
+    r = await cli("run", broken, "Hi!", "--backend", "reference");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/embed: could not load embed\.mlpackage/);
+
+    r = await cli("convert", FIXTURE, "-o", join(work, "x"), "--ctx", "100");
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--ctx must be an integer from 128 to 4096/);
+  });
+});
+
+describe("demo", () => {
+  it("converts the bundled model, runs a prompt and reports tok/s", async () => {
+    const r = await cli("--json", "demo", "--max-tokens", "4");
+    expect(r.code, r.stderr).toBe(0);
+    const doc = JSON.parse(r.stdout);
+    expect(doc.stats.generatedTokens).toBe(4);
+    expect(doc.stats.decodeTokensPerSecond).toBeGreaterThan(0);
+  });
+});
