@@ -161,8 +161,11 @@ function kmeansGroups(
   }
 }
 
+// __name is a no-op stand-in for the helper that esbuild's keepNames inserts when it transforms
+// kmeansGroups (tsx does); the stringified source may refer to it.
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require("node:worker_threads");
+const __name = (f) => f;
 ${kmeansGroups.toString()}
 const d = workerData;
 kmeansGroups(new Float32Array(d.values), new Uint8Array(d.indices), new Uint16Array(d.lut), d.groupLen, d.first, d.end, d.k, d.maxIterations);
