@@ -1,0 +1,156 @@
+/**
+ * One Gated DeltaNet (linear attention) layer, one decode step (reference §2.4), with its conv
+ * window and recurrent state as explicit inputs and outputs.
+ *
+ * The delta rule is elementwise mul + reductions over the state (no degenerate matmuls: those
+ * lowered poorly and hurt parity in anemll-qwen35, ane-toolchains.md §4.3). The depthwise causal
+ * conv is the same: the window [3 cached columns | this token] is exactly one kernel wide, so each
+ * channel's output is a 4-term dot product — mul + reduce_sum over the window, no conv op.
+ */
+import type { MilVar } from "@anemll-qwen35/ir";
+import {
+  conv1x1,
+  GDN_NORM_EPS_SCALE,
+  GDN_Q_SCALE,
+  GDN_V_SCALE,
+  repeatInterleaveHeads,
+  rmsNormAne,
+  scalar,
+  siluTanh,
+  softplusStable,
+} from "./ane.js";
+import { type GraphWeights, milName } from "./weights.js";
+
+/** The layer's state inputs: conv window [1, convDim, K-1] and recurrent state [1, Hv, dk, dv] (holds 64·S). */
+export interface GdnStateIn {
+  readonly conv: MilVar;
+  readonly rec: MilVar;
+}
+
+export interface GdnStep {
+  /** [1, D, 1, 1] */
+  readonly out: MilVar;
+  /** The next conv window [1, convDim, K-1]: the last K-1 pre-conv columns. */
+  readonly conv: MilVar;
+  /** The next recurrent state [1, Hv, dk, dv]. */
+  readonly rec: MilVar;
+}
+
+/** L2 normalisation over the last axis, x·rsqrt(Σx² + 1e-6) (HF's l2norm), times `scale`. */
+function l2norm(w: GraphWeights, x: MilVar, scale: number, name: string): MilVar {
+  const b = w.b;
+  const ss = b.reduceSumSquare({ x, axes: [-1], keepDims: true, name: `${name}_ss` });
+  const inv = b.rsqrt({ x: ss, epsilon: scalar(1e-6, x), name: `${name}_rsqrt` });
+  const unit = b.mul({ x, y: inv, name: scale === 1 ? name : `${name}_unit` });
+  return scale === 1 ? unit : b.mul({ x: unit, y: scalar(scale, x), name });
+}
+
+/** x [1, D, 1, 1] (already input-normed) → the mixer output and the next states. */
+export async function gdnLayer(
+  w: GraphWeights,
+  layer: number,
+  x: MilVar,
+  state: GdnStateIn,
+): Promise<GdnStep> {
+  const b = w.b;
+  const cfg = w.source.config;
+  const { convDim, keyDim, valueDim, linearConvKernelDim: K } = cfg;
+  const Hk = cfg.linearNumKeyHeads;
+  const Hv = cfg.linearNumValueHeads;
+  const dk = cfg.linearKeyHeadDim;
+  const dv = cfg.linearValueHeadDim;
+  const p = `layers.${layer}.linear_attn.`;
+  const n = `l${layer}_gdn`;
+
+  // projections
+  const qkv = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_qkv.weight`, "body"), `${n}_qkv`); // [1, convDim, 1, 1]
+  const z = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_z.weight`, "body"), `${n}_z`); // [1, Hv·dv, 1, 1]
+  const beta = b.sigmoid({
+    x: conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_b.weight`, "body"), `${n}_b`),
+    name: `${n}_beta`,
+  }); // [1, Hv, 1, 1]
+  const a = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_a.weight`, "body"), `${n}_a`); // [1, Hv, 1, 1]
+
+  // causal depthwise conv over the window [K-1 cached columns | this token], then SiLU
+  const column = b.reshape({ x: qkv, shape: [1, convDim, 1], name: `${n}_col` });
+  const window = b.concat({ values: [state.conv, column], axis: 2, name: `${n}_window` }); // [1, convDim, K]
+  const convNext = b.sliceByIndex({
+    x: window,
+    begin: [0, 0, 1],
+    end: [1, convDim, K],
+    name: `${n}_conv_next`,
+  }); // [1, convDim, K-1]
+  const convW = w.constant(
+    await w.float32(`${p}conv1d.weight`),
+    [1, convDim, K],
+    milName(`${p}conv1d.weight`),
+  ); // [C, 1, K] → [1, C, K]
+  const taps = b.mul({ x: window, y: convW, name: `${n}_taps` });
+  const mixed = siluTanh(
+    b,
+    b.reduceSum({ x: taps, axes: [2], keepDims: true, name: `${n}_conv` }),
+    `${n}_conv_act`,
+  ); // [1, convDim, 1]
+  const [qRaw, kRaw, vRaw] = b.split({
+    x: mixed,
+    axis: 1,
+    splitSizes: [keyDim, keyDim, valueDim],
+    name: `${n}_split`,
+  });
+
+  // q, k: per-head L2 norm (q also ×1/√dk and the fp16 scale), then value head j takes q/k head floor(j / r)
+  const r = Hv / Hk;
+  const qHeads = b.reshape({ x: qRaw, shape: [1, Hk, 1, dk], name: `${n}_q_heads` });
+  const kHeads = b.reshape({ x: kRaw, shape: [1, Hk, 1, dk], name: `${n}_k_heads` });
+  const q = repeatInterleaveHeads(
+    b,
+    l2norm(w, qHeads, GDN_Q_SCALE / Math.sqrt(dk), `${n}_q_norm`),
+    r,
+    `${n}_q`,
+  ); // [1, Hv, dk, 1]
+  const k = repeatInterleaveHeads(b, l2norm(w, kHeads, 1, `${n}_k_norm`), r, `${n}_k`); // [1, Hv, dk, 1]
+  const vHeads = b.reshape({ x: vRaw, shape: [1, Hv, 1, dv], name: `${n}_v_heads` });
+  const v = b.mul({ x: vHeads, y: scalar(GDN_V_SCALE, vHeads), name: `${n}_v` }); // [1, Hv, 1, dv]
+
+  // decay: g = −exp(A_log)·softplus(a + dt_bias) ≤ 0, with −exp(A_log) folded in fp32
+  const aLog = await w.float32(`${p}A_log`);
+  const negA = w.constant(
+    Float32Array.from(aLog, (v) => -Math.exp(v)),
+    [1, Hv, 1, 1],
+    `${n}_neg_exp_A`,
+  );
+  const dtBias = w.constant(await w.float32(`${p}dt_bias`), [1, Hv, 1, 1], milName(`${p}dt_bias`));
+  const sp = softplusStable(b, b.add({ x: a, y: dtBias, name: `${n}_a_dt` }), `${n}_softplus`);
+  const decay = b.exp({ x: b.mul({ x: negA, y: sp, name: `${n}_g` }), name: `${n}_decay` }); // [1, Hv, 1, 1]
+
+  // delta rule on S [1, Hv, dk, dv]:  S ← S·decay;  kv = Σ_d S[d,:]·k[d];  S ← S + k ⊗ (v − kv)·β;  o = Σ_d S[d,:]·q[d]
+  const sDecayed = b.mul({ x: state.rec, y: decay, name: `${n}_S_decay` });
+  const kv = b.reduceSum({
+    x: b.mul({ x: sDecayed, y: k, name: `${n}_Sk` }),
+    axes: [2],
+    keepDims: true,
+    name: `${n}_kv`,
+  }); // [1, Hv, 1, dv]
+  const delta = b.mul({ x: b.sub({ x: v, y: kv, name: `${n}_v_kv` }), y: beta, name: `${n}_delta` }); // [1, Hv, 1, dv]
+  const recNext = b.add({ x: sDecayed, y: b.mul({ x: k, y: delta, name: `${n}_k_delta` }), name: `${n}_S` }); // [1, Hv, dk, dv]
+  const o = b.reduceSum({
+    x: b.mul({ x: recNext, y: q, name: `${n}_Sq` }),
+    axes: [2],
+    keepDims: true,
+    name: `${n}_o`,
+  }); // [1, Hv, 1, dv], ×1024
+
+  // gated RMSNorm per value head: rmsnorm(o)·w·silu(z); eps ×1024² cancels the 1024× scale of o exactly
+  const gNorm = w.constant(await w.float32(`${p}norm.weight`), [dv], milName(`${p}norm.weight`)); // plain weight, no 1 +
+  const normed = rmsNormAne(b, o, {
+    axis: 3,
+    eps: cfg.rmsNormEps * GDN_NORM_EPS_SCALE,
+    gamma: gNorm,
+    name: `${n}_norm`,
+  });
+  const zHeads = b.reshape({ x: z, shape: [1, Hv, 1, dv], name: `${n}_z_heads` });
+  const gated = b.mul({ x: normed, y: siluTanh(b, zHeads, `${n}_z_act`), name: `${n}_gated` });
+  const flat = b.reshape({ x: gated, shape: [1, valueDim, 1, 1], name: `${n}_flat` });
+  const out = conv1x1(b, flat, await w.conv1x1Weight(`${p}out_proj.weight`, "body"), `${n}_out`); // [1, D, 1, 1]
+  return { out, conv: convNext, rec: recNext };
+}

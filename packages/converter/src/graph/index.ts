@@ -1,0 +1,42 @@
+/** Qwen3.5 → MIL graph builders for the ANE decode chain (embed · super-blocks · lm_head). */
+export * from "./ane.js";
+export {
+  type AttentionStep,
+  attentionLayer,
+  type KvBinding,
+  type RopeRow,
+  ropeRow,
+  ropeTables,
+} from "./attention.js";
+export { assertConvertible, type BuiltComponent, buildComponent } from "./component.js";
+export { buildEmbed } from "./embed.js";
+export { GraphOptionError, UnsupportedModelError } from "./errors.js";
+export { type GdnStateIn, type GdnStep, gdnLayer } from "./gdn.js";
+export * from "./io.js";
+export { buildLmHead } from "./lm-head.js";
+export { mlp } from "./mlp.js";
+export { rmsNorm1p, zeroCentredGain } from "./norms.js";
+export {
+  type BuildOptions,
+  type ComponentSpec,
+  DEFAULT_LM_HEAD_MAX_ROWS,
+  type ResolvedOptions,
+  resolveOptions,
+} from "./options.js";
+export * from "./quant.js";
+export {
+  buildSuperblocks,
+  decoderLayer,
+  type StepInputs,
+  type StepOutputs,
+  superblock,
+} from "./superblock.js";
+export {
+  GraphWeights,
+  type GraphWeightsOptions,
+  milName,
+  rowsFloat32,
+  WeightEncodingError,
+  type WeightEncodingReport,
+  type WeightSource,
+} from "./weights.js";

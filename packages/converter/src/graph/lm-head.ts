@@ -1,0 +1,85 @@
+/**
+ * The `lm_head` component: the final RMSNorm, then the vocabulary projection in pieces.
+ *
+ * The final norm lives here, once, rather than at the end of the last super-block package: that
+ * way every super-block package has the same interface (hidden in, hidden out, pre-norm), so any
+ * grouping of super-blocks into packages — fused or not — needs no special last block.
+ *
+ * The projection is split along the vocabulary into pieces of at most `lmHeadMaxRows` rows (the
+ * ANE's ~16384 per-dimension limit; ane-toolchains.md §1.10), each its own 1×1 conv. With
+ * `argmax`, each piece reduces to its top-1 index and value in-graph, so only 2·k numbers leave
+ * the device instead of the vocabulary's logits.
+ */
+import { type MilVar, tensorType } from "@anemll-qwen35/ir";
+import { conv1x1 } from "./ane.js";
+import { type ComponentIO, type IoTensor, planLmHeadPieces } from "./io.js";
+import { rmsNorm1p } from "./norms.js";
+import type { ResolvedOptions } from "./options.js";
+import { DEFAULT_LUT_GROUP_SIZE } from "./quant.js";
+import type { GraphWeights } from "./weights.js";
+
+/** hidden [1, D, 1, 1] → logits_i [1, rows_i], or argmax_idx int32 [k] and argmax_val [k]. */
+export async function buildLmHead(w: GraphWeights, o: ResolvedOptions): Promise<ComponentIO> {
+  const b = w.b;
+  const cfg = w.source.config;
+  const D = cfg.hiddenSize;
+  const dt = o.dtype;
+  const hidden = b.input("hidden", tensorType(dt, [1, D, 1, 1]));
+  const x = await rmsNorm1p(w, "norm", hidden, "final_norm");
+
+  const head = await w.stored("lm_head"); // [V, D]; the embedding when tied
+  const V = head.shape[0];
+  const q = o.quant.lmHead;
+  const unit =
+    q?.kind === "lut" && !q.perTensor ? (q.groupSize ?? o.quant.groupSize ?? DEFAULT_LUT_GROUP_SIZE) : 8;
+  const pieces = planLmHeadPieces(V, o.lmHeadMaxRows, unit);
+
+  const outs: IoTensor[] = [];
+  const idx: MilVar[] = [];
+  const val: MilVar[] = [];
+  for (const [i, piece] of pieces.entries()) {
+    const weight = await w.encodeRows(
+      head,
+      piece.rowOffset,
+      piece.rowOffset + piece.rows,
+      [D, 1, 1],
+      "lmHead",
+      `lm_head_${i}_weight`,
+    );
+    const y = conv1x1(b, x, weight, `lm_head_${i}`); // [1, rows, 1, 1]
+    const logits = b.reshape({ x: y, shape: [1, piece.rows], name: `logits_${i}_flat` });
+    if (o.argmax) {
+      idx.push(b.reduceArgmax({ x: logits, axis: 1, name: `argmax_${i}_idx` })); // [1] int32, within the piece
+      val.push(b.reduceMax({ x: logits, axes: [1], name: `argmax_${i}_val` })); // [1]
+    } else {
+      b.output(`logits_${i}`, logits);
+      outs.push({
+        name: `logits_${i}`,
+        dtype: dt,
+        shape: [1, piece.rows],
+        role: { kind: "logits", piece: i, rowOffset: piece.rowOffset, rows: piece.rows },
+      });
+    }
+  }
+  if (o.argmax) {
+    const rowOffsets = pieces.map((p) => p.rowOffset);
+    const k = pieces.length;
+    b.output("argmax_idx", k === 1 ? idx[0] : b.concat({ values: idx, axis: 0, name: "argmax_idx_cat" }));
+    b.output("argmax_val", k === 1 ? val[0] : b.concat({ values: val, axis: 0, name: "argmax_val_cat" }));
+    outs.push({ name: "argmax_idx", dtype: "int32", shape: [k], role: { kind: "argmax_idx", rowOffsets } });
+    outs.push({ name: "argmax_val", dtype: dt, shape: [k], role: { kind: "argmax_val", rowOffsets } });
+  }
+  return {
+    component: "lm_head",
+    dtype: dt,
+    ctx: o.ctx,
+    state: o.state,
+    layers: [],
+    superBlocks: [],
+    inputs: [{ name: "hidden", dtype: dt, shape: [1, D, 1, 1], role: { kind: "hidden_in" } }],
+    outputs: outs,
+    states: [],
+    lmHead: { vocab: V, pieces, argmax: o.argmax },
+    notes: ["the final RMSNorm is applied here; super-block packages output the pre-norm hidden state"],
+  };
+}

@@ -1,0 +1,97 @@
+/** What to build (ComponentSpec) and how (BuildOptions), with defaults and range checks. */
+import type { BlobSink, Qwen35Config } from "@anemll-qwen35/ir";
+import { GraphOptionError } from "./errors.js";
+import type { GraphDType, KvPlacement } from "./io.js";
+import type { QuantOptions } from "./quant.js";
+import type { WeightEncodingReport } from "./weights.js";
+
+/**
+ * One package's worth of the decode chain:
+ *   embed        token id → hidden
+ *   superblocks  `count` consecutive DDDA super-blocks starting at super-block `first`
+ *                (super-block s = layers 4s..4s+3), fused into one function
+ *   lm_head      final RMSNorm → vocabulary logits (split in pieces) or their argmax
+ */
+export type ComponentSpec =
+  | { readonly kind: "embed" }
+  | { readonly kind: "superblocks"; readonly first: number; readonly count: number }
+  | { readonly kind: "lm_head" };
+
+export interface BuildOptions {
+  /** Context length: KV rows per attention layer and RoPE table rows (positions 0..ctx-1). Required. */
+  readonly ctx: number;
+  /** "fp16" (default): the ANE program. "fp32": the same graph in fp32, for exact parity checks. */
+  readonly dtype?: GraphDType;
+  /** KV cache placement (default "io"); GDN states are inputs/outputs either way. */
+  readonly state?: KvPlacement;
+  /** Weight encodings per role (default: all plain). */
+  readonly quant?: QuantOptions;
+  /** lm_head: emit argmax_idx / argmax_val instead of logits (default false). */
+  readonly argmax?: boolean;
+  /** lm_head: most vocabulary rows per piece (default 16384, the ANE's per-dimension limit). */
+  readonly lmHeadMaxRows?: number;
+  /** Receives large constants as they are made (an MlPackageWriter's `blobs`). */
+  readonly blobSink?: BlobSink;
+  /** Called once per encoded weight with its reconstruction error. */
+  readonly onWeight?: (report: WeightEncodingReport) => void;
+  /** Checked before every tensor read. */
+  readonly signal?: AbortSignal;
+  /** Worker threads for LUT k-means (default: available parallelism). */
+  readonly workers?: number;
+}
+
+export const DEFAULT_LM_HEAD_MAX_ROWS = 16384;
+
+export interface ResolvedOptions {
+  readonly ctx: number;
+  readonly dtype: GraphDType;
+  readonly state: KvPlacement;
+  readonly quant: QuantOptions;
+  readonly argmax: boolean;
+  readonly lmHeadMaxRows: number;
+}
+
+function positiveInt(field: string, v: unknown): number {
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 1)
+    throw new GraphOptionError(field, `expected a positive integer, got ${String(v)}`);
+  return v;
+}
+
+/** Fills defaults and checks ranges against the model. */
+export function resolveOptions(
+  config: Qwen35Config,
+  spec: ComponentSpec,
+  options: BuildOptions,
+): ResolvedOptions {
+  const ctx = positiveInt("ctx", options.ctx);
+  if (config.maxPositionEmbeddings !== undefined && ctx > config.maxPositionEmbeddings) {
+    throw new GraphOptionError(
+      "ctx",
+      `${ctx} exceeds the model's max_position_embeddings (${config.maxPositionEmbeddings})`,
+    );
+  }
+  const dtype = options.dtype ?? "fp16";
+  if (dtype !== "fp16" && dtype !== "fp32")
+    throw new GraphOptionError("dtype", `expected "fp16" or "fp32", got ${String(dtype)}`);
+  const state = options.state ?? "io";
+  if (state !== "io" && state !== "mlstate")
+    throw new GraphOptionError("state", `expected "io" or "mlstate", got ${String(state)}`);
+  const lmHeadMaxRows = positiveInt("lmHeadMaxRows", options.lmHeadMaxRows ?? DEFAULT_LM_HEAD_MAX_ROWS);
+  if (options.quant?.groupSize !== undefined) positiveInt("quant.groupSize", options.quant.groupSize);
+  if (spec.kind === "superblocks") {
+    const n = config.superBlocks.length;
+    positiveInt("spec.count", spec.count);
+    if (!Number.isInteger(spec.first) || spec.first < 0 || spec.first + spec.count > n) {
+      throw new GraphOptionError(
+        "spec.first",
+        `super-blocks ${spec.first}..${spec.first + spec.count - 1} are outside the model's ${n} (0..${n - 1})`,
+      );
+    }
+  } else if (spec.kind !== "embed" && spec.kind !== "lm_head") {
+    throw new GraphOptionError(
+      "spec.kind",
+      `expected "embed", "superblocks" or "lm_head", got ${String((spec as { kind: unknown }).kind)}`,
+    );
+  }
+  return { ctx, dtype, state, quant: options.quant ?? {}, argmax: options.argmax ?? false, lmHeadMaxRows };
+}
