@@ -20,7 +20,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
-import { AnemllError } from "./errors.js";
+import { AnemllError, InvalidArgumentError } from "./errors.js";
 
 export type ComponentKind = "embed" | "superblocks" | "lm_head";
 export type GraphDType = "fp16" | "fp32";
@@ -108,7 +108,7 @@ export interface ComponentIO {
 /** The mask for one step at `position`, as float values (cast to the mask dtype by the host). */
 export function decodeMask(rule: MaskRule, ctx: number, position: number): Float32Array {
   if (!Number.isInteger(position) || position < 0 || position >= ctx) {
-    throw new RangeError(`position ${position} is outside the context [0, ${ctx})`);
+    throw new InvalidArgumentError(`position ${position} is outside the context [0, ${ctx})`);
   }
   if (rule === "io") {
     const m = new Float32Array(ctx + 1).fill(MASK_NEG);

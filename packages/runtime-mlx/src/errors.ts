@@ -1,16 +1,10 @@
 /**
- * Errors of the MLX layer. They mirror the project's AnemllError shape (a stable `code` plus a message
- * that says what to do); runtime-mlx does not depend on other workspace packages yet, so the base class
- * lives here.
+ * Errors of the MLX layer. All extend the project's AnemllError (a stable `code` plus a message that
+ * says what to fix); RuntimeMlxError is the common base of this package's errors.
  */
-export class RuntimeMlxError extends Error {
-  readonly code: string;
-  constructor(code: string, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.code = code;
-    this.name = new.target.name;
-  }
-}
+import { AnemllError } from "@anemll-qwen35/ir";
+
+export class RuntimeMlxError extends AnemllError {}
 
 /** MLX itself rejected an operation (bad shapes, dtypes, files, ...); `message` is MLX's own text. */
 export class MlxError extends RuntimeMlxError {
@@ -30,5 +24,21 @@ export class MlxUnavailableError extends RuntimeMlxError {
   constructor(reason: string, fix: string, options?: { cause?: unknown }) {
     super("E_MLX_UNAVAILABLE", `MLX is unavailable: ${reason}. ${fix}`, options);
     this.reason = reason;
+  }
+}
+
+/** A model was used after `dispose()`. */
+export class ModelDisposedError extends RuntimeMlxError {
+  constructor(what: string) {
+    super("E_MODEL_DISPOSED", `${what}: the model has been disposed; load it again`);
+  }
+}
+
+/** A checkpoint this runtime cannot load as asked (format, quantization, options); names what and why. */
+export class MlxModelLoadError extends RuntimeMlxError {
+  readonly file: string | undefined;
+  constructor(file: string | undefined, message: string, options?: { cause?: unknown }) {
+    super("E_MLX_MODEL_LOAD", file ? `${file}: ${message}` : message, options);
+    this.file = file;
   }
 }

@@ -1,1 +1,25 @@
+export * from "./builder.js";
+export * from "./check.js";
+export * from "./errors.js";
+export * from "./fp16.js";
+export * from "./interpreter.js";
+export { type GemmOptions, gemmNT } from "./kernels/gemm.js";
+export * from "./ops/index.js";
+export * from "./printer.js";
 export * from "./program.js";
+export { constInputInfo, type ResolvedOp, resolveOp } from "./resolve.js";
+export {
+  allocRt,
+  constData,
+  constToRt,
+  isFloatDType,
+  isIntDType,
+  literal,
+  milDataToRt,
+  milDataValue,
+  type RtData,
+  type RtTensor,
+  rtToMilData,
+  toMilData,
+  zerosRt,
+} from "./values.js";
