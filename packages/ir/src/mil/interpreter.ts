@@ -1,0 +1,483 @@
+/**
+ * The reference interpreter: runs one function of a MIL program on named inputs and states,
+ * op by op through the registry's reference evaluations.
+ *
+ * Precision modes:
+ *   fp32 — every float computes and stores in fp32 whatever its declared dtype; ints exact.
+ *          (Compile-time constants keep their declared dtype: fp16 consts and fp16 constexpr_*
+ *          results hold fp16 values in both modes.)
+ *   fp16 — emulates an fp16 datapath (the ANE): every fp16-typed op result is rounded to fp16
+ *          (overflow -> inf, optionally subnormals -> 0). Ops still accumulate in fp32/fp64
+ *          internally; only op outputs are rounded.
+ * The first op whose output holds inf/NaN while its inputs did not is reported by name
+ * ("collect", the default), raised ("throw") or not looked for ("ignore").
+ * Constants and constexpr_* results are materialised once and cached per op/value identity,
+ * across runs and across interpreters over the same program.
+ */
+import { type DType, f32ToF16Bits, toFloat32 } from "../dtype.js";
+import { InvalidArgumentError } from "../errors.js";
+import { type Tensor, tensor } from "../tensor.js";
+import { resolveFunction } from "./check.js";
+import { MilNonFiniteError, MilProgramError, MilRuntimeError } from "./errors.js";
+import { countNonFinite, roundF16InPlace } from "./fp16.js";
+import {
+  type EvalContext,
+  type InputInfo,
+  OpArgs,
+  type OpDef,
+  ParamError,
+  type Precision,
+} from "./ops/index.js";
+import type {
+  ConstValue,
+  MilDType,
+  MilFunction,
+  NamedValueType,
+  Operation,
+  Program,
+  TensorType,
+  ValueType,
+} from "./program.js";
+import { typeToString } from "./program.js";
+import { constInputInfo, resolveOp } from "./resolve.js";
+import { shapeStr } from "./shape.js";
+import type { RtTensor } from "./values.js";
+import { allocRt, constToRt, isFloatDType, numelOf } from "./values.js";
+
+export type NonFiniteMode = "throw" | "collect" | "ignore";
+
+export interface InterpreterOptions {
+  /** Function to run (default: "main", or the only function). */
+  readonly functionName?: string;
+  readonly precision?: Precision;
+  /** fp16 mode: flush fp16 subnormal results to zero. */
+  readonly flushSubnormals?: boolean;
+  readonly onNonFinite?: NonFiniteMode;
+}
+
+export interface NonFiniteReport {
+  readonly opType: string;
+  readonly opName: string;
+  readonly output: string;
+  readonly count: number;
+  readonly total: number;
+  /** No input of the op held inf/NaN: this op produced them. */
+  readonly origin: boolean;
+}
+
+export interface RunOptions {
+  /** States to read and update in place (default: a fresh zero state). */
+  readonly state?: MilState | Readonly<Record<string, Tensor>>;
+  /** "declared" (default): outputs in their declared dtype (fp16 as f16 bits); "fp32": all floats as f32. */
+  readonly outputs?: "declared" | "fp32";
+  /** Time each op (result.profile). */
+  readonly profile?: boolean;
+}
+
+/** Time spent per op type in one run. */
+export type RunProfile = Record<string, { calls: number; ms: number }>;
+
+export interface RunResult {
+  readonly outputs: Record<string, Tensor>;
+  /** The (updated) states. */
+  readonly state: MilState;
+  /** Every op output that held inf/NaN, in program order (empty in "ignore" mode). */
+  readonly nonFinite: readonly NonFiniteReport[];
+  /** The first op that produced inf/NaN from finite inputs. */
+  readonly firstNonFinite?: NonFiniteReport;
+  /** With `profile`: milliseconds per op type. */
+  readonly profile?: RunProfile;
+}
+
+const MIL_TO_DTYPE: Partial<Record<MilDType, DType>> = {
+  fp32: "f32",
+  fp16: "f16",
+  bf16: "bf16",
+  int8: "i8",
+  uint8: "u8",
+  int16: "i16",
+  int32: "i32",
+  bool: "bool",
+};
+
+/** Converts an interpreter value to a Tensor in its declared dtype (or f32 for floats). */
+export function rtToTensor(t: RtTensor, format: "declared" | "fp32" = "declared"): Tensor {
+  const { dtype, shape } = t.type;
+  if (isFloatDType(dtype)) {
+    const src = t.data as Float32Array;
+    if (format === "fp32" || dtype === "fp32" || dtype === "fp64") return tensor("f32", shape, src.slice());
+    const out = new Uint16Array(src.length);
+    if (dtype === "fp16") for (let i = 0; i < src.length; i++) out[i] = f32ToF16Bits(src[i]);
+    else {
+      const u = new Uint32Array(src.buffer, src.byteOffset, src.length);
+      for (let i = 0; i < src.length; i++) out[i] = (u[i] + 0x7fff + ((u[i] >>> 16) & 1)) >>> 16;
+    }
+    return tensor(dtype === "fp16" ? "f16" : "bf16", shape, out);
+  }
+  if (dtype === "bool") return tensor("bool", shape, (t.data as Uint8Array).slice());
+  if (dtype === "string") throw new MilRuntimeError("string tensors cannot be returned as Tensors");
+  const d = MIL_TO_DTYPE[dtype] ?? "i32";
+  const src = t.data as Int32Array;
+  if (d === "i32") return tensor("i32", shape, src.slice());
+  const out = tensor(d, shape);
+  (out.data as Int8Array).set(src);
+  return out;
+}
+
+/** Converts a Tensor to an interpreter value of the declared `type` (checks the shape). */
+export function tensorToRt(what: string, t: Tensor, type: TensorType): RtTensor {
+  if (shapeStr(t.shape) !== shapeStr(type.shape)) {
+    throw new InvalidArgumentError(
+      `${what}: expected ${typeToString(type)}, got ${t.dtype} ${shapeStr(t.shape)}`,
+    );
+  }
+  if (isFloatDType(type.dtype)) {
+    if (t.dtype === "bool")
+      throw new InvalidArgumentError(`${what}: expected ${typeToString(type)}, got a bool tensor`);
+    const data = toFloat32(t.dtype, t.data);
+    // an fp16 input holds fp16 values in either mode
+    if (type.dtype === "fp16" && t.dtype !== "f16") roundF16InPlace(data);
+    return { type, data };
+  }
+  if (type.dtype === "bool") {
+    if (t.dtype !== "bool" && t.dtype !== "u8")
+      throw new InvalidArgumentError(`${what}: expected ${typeToString(type)}, got ${t.dtype}`);
+    return { type, data: Uint8Array.from(t.data as Uint8Array, (v) => (v ? 1 : 0)) };
+  }
+  if (t.dtype === "f32" || t.dtype === "f16" || t.dtype === "bf16" || t.dtype === "bool") {
+    throw new InvalidArgumentError(`${what}: expected ${typeToString(type)} (integers), got ${t.dtype}`);
+  }
+  const data = new Int32Array(numelOf(t.shape));
+  if (t.dtype === "i64") {
+    const src = t.data as BigInt64Array;
+    for (let i = 0; i < src.length; i++) data[i] = Number(src[i]);
+  } else data.set(t.data as Int32Array);
+  return { type, data };
+}
+
+/** The states of one function (like an MLState): zero-initialised, updated in place by runs. */
+export class MilState {
+  /** @internal */
+  readonly values = new Map<string, RtTensor>();
+  readonly types: ReadonlyMap<string, TensorType>;
+
+  constructor(types: ReadonlyMap<string, TensorType>) {
+    this.types = types;
+    for (const [name, t] of types) this.values.set(name, { type: t, data: allocRt(t) });
+  }
+
+  names(): string[] {
+    return [...this.types.keys()];
+  }
+
+  /** A copy of state `name` in its declared dtype. */
+  get(name: string, format: "declared" | "fp32" = "declared"): Tensor {
+    const v = this.values.get(name);
+    if (!v)
+      throw new InvalidArgumentError(`no state '${name}' (states: ${this.names().join(", ") || "none"})`);
+    return rtToTensor(v, format);
+  }
+
+  set(name: string, t: Tensor): void {
+    const type = this.types.get(name);
+    if (!type)
+      throw new InvalidArgumentError(`no state '${name}' (states: ${this.names().join(", ") || "none"})`);
+    this.values.set(name, tensorToRt(`state '${name}'`, t, type));
+  }
+
+  /** All states as Tensors in their declared dtypes. */
+  toTensors(): Record<string, Tensor> {
+    const out: Record<string, Tensor> = {};
+    for (const n of this.names()) out[n] = this.get(n);
+    return out;
+  }
+}
+
+interface Step {
+  readonly op: Operation;
+  readonly def: OpDef;
+  readonly args: OpArgs;
+  readonly outTypes: readonly TensorType[];
+  readonly outSlots: readonly number[];
+  readonly inSlots: readonly number[];
+  readonly constexpr: boolean;
+}
+
+const constCache = new WeakMap<ConstValue, RtTensor>();
+const constexprCache = new WeakMap<Operation, Partial<Record<Precision, RtTensor[]>>>();
+
+function cachedConst(cv: ConstValue): RtTensor {
+  let v = constCache.get(cv);
+  if (!v) {
+    v = constToRt(cv);
+    constCache.set(cv, v);
+  }
+  return v;
+}
+
+/** Interprets one function of a program. Construction type-checks the function. */
+export class MilInterpreter {
+  readonly fn: MilFunction;
+  readonly functionName: string;
+  readonly precision: Precision;
+  private readonly flush: boolean;
+  private readonly mode: NonFiniteMode;
+  private readonly frame: { env: (RtTensor | undefined)[] } = { env: [] };
+  private readonly slots = new Map<string, number>();
+  private readonly steps: Step[] = [];
+  private readonly stateTypes = new Map<string, TensorType>();
+  private readonly slotType = new Map<number, ValueType>();
+  private readonly slotConst = new Map<number, ConstValue>();
+  private readonly slotConstexpr = new Set<number>();
+  private constEnv: (RtTensor | undefined)[] | undefined;
+
+  constructor(program: Program | MilFunction, opts: InterpreterOptions = {}) {
+    if ("functions" in program) {
+      const names = Object.keys(program.functions);
+      const name = opts.functionName ?? (names.includes("main") || names.length !== 1 ? "main" : names[0]);
+      const fn = program.functions[name];
+      if (!fn)
+        throw new MilProgramError(`program has no function '${name}' (functions: ${names.join(", ")})`);
+      this.fn = fn;
+      this.functionName = name;
+    } else {
+      this.fn = program;
+      this.functionName = opts.functionName ?? "main";
+    }
+    this.precision = opts.precision ?? "fp32";
+    this.flush = opts.flushSubnormals ?? false;
+    this.mode = opts.onNonFinite ?? "collect";
+    const resolved = resolveFunction(this.fn, this.functionName); // full type check
+    for (const i of this.fn.inputs) {
+      this.slotType.set(this.slot(i.name), i.type);
+      if (i.type.kind === "state") this.stateTypes.set(i.name, i.type.wrapped);
+    }
+    for (const r of resolved) this.compile(r.op, r.def);
+  }
+
+  private slot(name: string): number {
+    let s = this.slots.get(name);
+    if (s === undefined) {
+      s = this.slots.size;
+      this.slots.set(name, s);
+    }
+    return s;
+  }
+
+  private compile(op: Operation, def: OpDef): void {
+    const frame = this.frame;
+    const loc = { opType: op.type, opName: op.name, fn: this.functionName };
+    const inSlots: number[] = [];
+    const infos: Record<string, InputInfo[]> = {};
+    for (const [param, bindings] of Object.entries(op.inputs)) {
+      infos[param] = bindings.map((b): InputInfo => {
+        if (b.kind === "value") return { ...constInputInfo(b.value), value: () => cachedConst(b.value) };
+        const slot = this.slot(b.name);
+        inSlots.push(slot);
+        const cv = this.slotConst.get(slot);
+        const type = this.slotType.get(slot);
+        if (!type) throw new MilProgramError(`function '${this.functionName}': '${b.name}' is not defined`);
+        return {
+          type,
+          isConst: cv !== undefined || this.slotConstexpr.has(slot),
+          varName: b.name,
+          value: cv ? () => cachedConst(cv) : () => frame.env[slot],
+          constValue: () => cv,
+        };
+      });
+    }
+    let outTypes: readonly TensorType[];
+    let args: OpArgs;
+    if (op.type === "const" && op.value) {
+      outTypes = [op.value.type];
+      args = new OpArgs(op.type, op.name, {});
+    } else {
+      const r = resolveOp(def, loc, infos);
+      outTypes = r.outputs;
+      args = r.args;
+    }
+    const outSlots = op.outputs.map((o, i) => {
+      const slot = this.slot(o.name);
+      this.slotType.set(slot, outTypes[i]);
+      if (op.type === "const") this.slotConst.set(slot, op.value as ConstValue);
+      else if (def.constexpr) this.slotConstexpr.add(slot);
+      return slot;
+    });
+    this.steps.push({ op, def, args, outTypes, outSlots, inSlots, constexpr: def.constexpr === true });
+  }
+
+  /** Function inputs (tensors) and states. */
+  get inputs(): readonly NamedValueType[] {
+    return this.fn.inputs;
+  }
+
+  /** A zero-initialised state for this function. */
+  newState(): MilState {
+    return new MilState(this.stateTypes);
+  }
+
+  /** Materialises constants and constexpr results (cached across runs and interpreters). */
+  private prepare(ctx: EvalContext): (RtTensor | undefined)[] {
+    if (this.constEnv) return this.constEnv;
+    const env: (RtTensor | undefined)[] = new Array(this.slots.size);
+    this.frame.env = env;
+    for (const s of this.steps) {
+      if (s.op.type === "const" && s.op.value) {
+        env[s.outSlots[0]] = cachedConst(s.op.value);
+      } else if (s.constexpr) {
+        let byPrecision = constexprCache.get(s.op);
+        if (!byPrecision) {
+          byPrecision = {};
+          constexprCache.set(s.op, byPrecision);
+        }
+        let results = byPrecision[this.precision];
+        if (!results) {
+          results = this.evalStep(s, ctx);
+          // decompressed weights are fp16 values on the device in either mode (like fp16 consts)
+          for (const r of results) {
+            if (r.type.dtype === "fp16")
+              roundF16InPlace(r.data as Float32Array, this.precision === "fp16" && this.flush);
+          }
+          byPrecision[this.precision] = results;
+        }
+        for (let i = 0; i < s.outSlots.length; i++) env[s.outSlots[i]] = results[i];
+      }
+    }
+    this.constEnv = env;
+    return env;
+  }
+
+  private evalStep(s: Step, ctx: EvalContext): RtTensor[] {
+    try {
+      return s.def.evaluate(s.args, s.outTypes, ctx);
+    } catch (e) {
+      if (e instanceof ParamError) {
+        throw new MilRuntimeError(`${this.functionName}: ${s.op.type} '${s.op.name}': ${e.message}`, {
+          cause: e,
+        });
+      }
+      if (e instanceof MilRuntimeError || e instanceof MilNonFiniteError) throw e;
+      throw new MilRuntimeError(
+        `${this.functionName}: ${s.op.type} '${s.op.name}' failed: ${(e as Error).message}`,
+        { cause: e },
+      );
+    }
+  }
+
+  /** Runs the function once. */
+  run(inputs: Readonly<Record<string, Tensor>>, opts: RunOptions = {}): RunResult {
+    const state = this.stateFrom(opts.state);
+    const ctx: EvalContext = {
+      precision: this.precision,
+      readState: (name) => {
+        const v = state.values.get(name);
+        if (!v) throw new MilRuntimeError(`state '${name}' is missing`);
+        return v;
+      },
+      writeState: (name, value) => {
+        state.values.set(name, value);
+      },
+    };
+    const constEnv = this.prepare(ctx);
+    const env = constEnv.slice();
+    this.frame.env = env;
+    for (const i of this.fn.inputs) {
+      if (i.type.kind === "state") continue;
+      const t = inputs[i.name];
+      if (!t) throw new InvalidArgumentError(`input '${i.name}' (${typeToString(i.type)}) is missing`);
+      env[this.slots.get(i.name) as number] = tensorToRt(`input '${i.name}'`, t, i.type);
+    }
+    for (const name of Object.keys(inputs)) {
+      if (!this.fn.inputs.some((i) => i.name === name && i.type.kind === "tensor")) {
+        throw new InvalidArgumentError(
+          `'${name}' is not an input of function '${this.functionName}' (inputs: ${this.fn.inputs
+            .filter((i) => i.type.kind === "tensor")
+            .map((i) => i.name)
+            .join(", ")})`,
+        );
+      }
+    }
+    const nonFinite: NonFiniteReport[] = [];
+    const bad = this.mode === "ignore" ? undefined : new Uint8Array(this.slots.size);
+    const fp16 = this.precision === "fp16";
+    const profile: RunProfile | undefined = opts.profile ? {} : undefined;
+    for (const s of this.steps) {
+      if (s.constexpr) continue;
+      const t0 = profile ? performance.now() : 0;
+      const results = this.evalStep(s, ctx);
+      if (profile) {
+        profile[s.op.type] ??= { calls: 0, ms: 0 };
+        const p = profile[s.op.type];
+        p.calls++;
+        p.ms += performance.now() - t0;
+      }
+      for (let i = 0; i < results.length; i++) {
+        const r = results[i];
+        const slot = s.outSlots[i];
+        env[slot] = r;
+        if (!(r.data instanceof Float32Array)) continue;
+        if (s.def.view) {
+          if (bad) for (const k of s.inSlots) bad[slot] |= bad[k];
+          continue;
+        }
+        if (fp16 && r.type.dtype === "fp16") roundF16InPlace(r.data, this.flush);
+        if (!bad) continue;
+        const count = countNonFinite(r.data);
+        if (count === 0) continue;
+        bad[slot] = 1;
+        const origin = !s.inSlots.some((k) => bad[k]);
+        const report = {
+          opType: s.op.type,
+          opName: s.op.name,
+          output: s.op.outputs[i].name,
+          count,
+          total: r.data.length,
+          origin,
+        };
+        if (this.mode === "throw" && origin) {
+          throw new MilNonFiniteError(
+            { opType: s.op.type, opName: s.op.name, fn: this.functionName },
+            report.output,
+            count,
+            report.total,
+          );
+        }
+        nonFinite.push(report);
+      }
+    }
+    const outputs: Record<string, Tensor> = {};
+    for (const name of this.fn.block.outputs) {
+      const v = env[this.slots.get(name) as number];
+      if (!v) throw new MilRuntimeError(`output '${name}' was not computed`);
+      outputs[name] = rtToTensor(v, opts.outputs);
+    }
+    this.frame.env = constEnv;
+    return { outputs, state, nonFinite, firstNonFinite: nonFinite.find((r) => r.origin), profile };
+  }
+
+  private stateFrom(s: RunOptions["state"]): MilState {
+    if (s instanceof MilState) {
+      for (const [name, t] of this.stateTypes) {
+        const have = s.types.get(name);
+        if (!have || typeToString(have) !== typeToString(t)) {
+          throw new InvalidArgumentError(
+            `state '${name}': this function needs ${typeToString(t)}, the given state has ${have ? typeToString(have) : "none"}`,
+          );
+        }
+      }
+      return s;
+    }
+    const st = this.newState();
+    if (s) for (const [name, t] of Object.entries(s)) st.set(name, t);
+    return st;
+  }
+}
+
+/** Runs function `functionName` (default "main") of `program` once: a one-shot convenience. */
+export function interpret(
+  program: Program | MilFunction,
+  inputs: Readonly<Record<string, Tensor>>,
+  opts: InterpreterOptions & RunOptions = {},
+): RunResult {
+  return new MilInterpreter(program, opts).run(inputs, opts);
+}

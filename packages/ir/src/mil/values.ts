@@ -1,0 +1,267 @@
+/**
+ * Runtime values of the MIL layer and conversions between the stored form of constants
+ * (`MilData`, per MIL dtype) and the compute form that op evaluation works on.
+ *
+ * Compute form (`RtTensor.data`), chosen so that every op has one kernel per kind of number:
+ *   float dtypes (fp16, fp32, bf16, fp64) -> Float32Array  (fp16 values are exact in fp32)
+ *   integer dtypes (int4..int64, uint1..uint32) -> Int32Array
+ *   bool -> Uint8Array (0/1) · string -> string[]
+ */
+import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from "../dtype.js";
+import { InvalidArgumentError } from "../errors.js";
+import { allocWeightF32 } from "./kernels/simd.js";
+import type { ConstValue, MilData, MilDType, TensorType } from "./program.js";
+import { tensorType } from "./program.js";
+
+export type RtData = Float32Array | Int32Array | Uint8Array | string[];
+
+/** A runtime tensor: a static type and its values in compute form. Treated as immutable. */
+export interface RtTensor {
+  readonly type: TensorType;
+  readonly data: RtData;
+}
+
+export const FLOAT_DTYPES: readonly MilDType[] = ["fp16", "fp32", "bf16", "fp64"];
+export const INT_DTYPES: readonly MilDType[] = [
+  "int4",
+  "int8",
+  "int16",
+  "int32",
+  "int64",
+  "uint1",
+  "uint2",
+  "uint3",
+  "uint4",
+  "uint6",
+  "uint8",
+  "uint16",
+  "uint32",
+];
+
+export function isFloatDType(d: MilDType): boolean {
+  return d === "fp16" || d === "fp32" || d === "bf16" || d === "fp64";
+}
+
+export function isIntDType(d: MilDType): boolean {
+  return INT_DTYPES.includes(d);
+}
+
+export function numelOf(shape: readonly number[]): number {
+  let n = 1;
+  for (const d of shape) n *= d;
+  return n;
+}
+
+/** Allocates zeroed compute-form storage for `type`. */
+export function allocRt(type: TensorType): RtData {
+  const n = numelOf(type.shape);
+  if (isFloatDType(type.dtype)) return new Float32Array(n);
+  if (type.dtype === "bool") return new Uint8Array(n);
+  if (type.dtype === "string") return new Array<string>(n).fill("");
+  return new Int32Array(n);
+}
+
+export function rt(type: TensorType, data: RtData): RtTensor {
+  return { type, data };
+}
+
+/** A zero-filled runtime tensor of `type`. */
+export function zerosRt(type: TensorType): RtTensor {
+  return { type, data: allocRt(type) };
+}
+
+let F16_TO_F32: Float32Array | undefined;
+/** fp16 bit pattern -> fp32 value table (256 KiB, built on first use). */
+export function f16Table(): Float32Array {
+  if (!F16_TO_F32) {
+    F16_TO_F32 = new Float32Array(65536);
+    for (let i = 0; i < 65536; i++) F16_TO_F32[i] = f16BitsToF32(i);
+  }
+  return F16_TO_F32;
+}
+
+/** Converts stored constant data to compute form. fp32 / int32 / bool data are used as is (no copy). */
+export function milDataToRt(type: TensorType, data: MilData): RtData {
+  const n = numelOf(type.shape);
+  if (data.length !== n) {
+    throw new InvalidArgumentError(`${typeStr(type)} needs ${n} values, got ${data.length}`);
+  }
+  switch (type.dtype) {
+    case "fp32":
+      return data instanceof Float32Array ? data : Float32Array.from(data as ArrayLike<number>);
+    case "fp16": {
+      // large fp16 constants are weights: decode them straight into the SIMD heap
+      const src = data as Uint16Array;
+      const t = f16Table();
+      const out = allocWeightF32(n);
+      for (let i = 0; i < n; i++) out[i] = t[src[i]];
+      return out;
+    }
+    case "bf16": {
+      const src = data as Uint16Array;
+      const out = allocWeightF32(n);
+      const u = new Uint32Array(out.buffer, out.byteOffset, n);
+      for (let i = 0; i < n; i++) u[i] = src[i] << 16;
+      return out;
+    }
+    case "fp64":
+      return Float32Array.from(data as Float64Array);
+    case "int32":
+      return data instanceof Int32Array ? data : Int32Array.from(data as ArrayLike<number>);
+    case "int64": {
+      const src = data as BigInt64Array;
+      const out = new Int32Array(n);
+      for (let i = 0; i < n; i++) {
+        const v = Number(src[i]);
+        if (v > 2147483647 || v < -2147483648) {
+          throw new InvalidArgumentError(
+            `int64 value ${src[i]} does not fit the interpreter's int32 compute type`,
+          );
+        }
+        out[i] = v;
+      }
+      return out;
+    }
+    case "bool":
+      return data instanceof Uint8Array ? data : Uint8Array.from(data as ArrayLike<number>);
+    case "string":
+      return data as string[];
+    default:
+      return Int32Array.from(data as ArrayLike<number>);
+  }
+}
+
+/** Materialises a constant (inline data, or a blob through its loader) in compute form. */
+export function constToRt(cv: ConstValue): RtTensor {
+  return { type: cv.type, data: milDataToRt(cv.type, constData(cv)) };
+}
+
+/** The stored data of a constant; loads blobs through `load`. */
+export function constData(cv: ConstValue): MilData {
+  if ("data" in cv) return cv.data;
+  if (cv.load) return cv.load();
+  throw new InvalidArgumentError(
+    `constant ${typeStr(cv.type)} lives in ${cv.blob.fileName}@${cv.blob.offset} and has no loader ` +
+      "(programs built with a BlobSink can be run once written and read back)",
+  );
+}
+
+const INT_RANGES: Partial<Record<MilDType, [number, number]>> = {
+  int4: [-8, 7],
+  int8: [-128, 127],
+  int16: [-32768, 32767],
+  int32: [-2147483648, 2147483647],
+  uint1: [0, 1],
+  uint2: [0, 3],
+  uint3: [0, 7],
+  uint4: [0, 15],
+  uint6: [0, 63],
+  uint8: [0, 255],
+  uint16: [0, 65535],
+  uint32: [0, 4294967295],
+  bool: [0, 1],
+};
+
+/**
+ * Converts plain values to stored `MilData` for `dtype`: numbers/booleans/typed arrays are
+ * converted (fp16/bf16 rounded to nearest even); a Uint16Array for fp16/bf16 is taken as bit patterns.
+ */
+export function toMilData(
+  dtype: MilDType,
+  values: ArrayLike<number> | ArrayLike<boolean> | readonly string[] | MilData,
+): MilData {
+  const n = values.length;
+  const get = (i: number): number => {
+    const v = (values as ArrayLike<number | boolean | bigint>)[i];
+    return typeof v === "boolean" ? (v ? 1 : 0) : Number(v);
+  };
+  const checkInts = (out: { [i: number]: number }, lo: number, hi: number): void => {
+    for (let i = 0; i < n; i++) {
+      const v = get(i);
+      if (!Number.isInteger(v) || v < lo || v > hi) {
+        throw new InvalidArgumentError(
+          `value ${v} at index ${i} is not a valid ${dtype} (integers ${lo}..${hi})`,
+        );
+      }
+      out[i] = v;
+    }
+  };
+  switch (dtype) {
+    case "string": {
+      const out: string[] = [];
+      for (let i = 0; i < n; i++) out.push(String((values as ArrayLike<unknown>)[i]));
+      return out;
+    }
+    case "fp32":
+      if (values instanceof Float32Array) return values;
+      return Float32Array.from({ length: n }, (_, i) => get(i));
+    case "fp64":
+      return Float64Array.from({ length: n }, (_, i) => get(i));
+    case "fp16":
+    case "bf16": {
+      if (values instanceof Uint16Array) return values;
+      const out = new Uint16Array(n);
+      const conv = dtype === "fp16" ? f32ToF16Bits : f32ToBf16Bits;
+      for (let i = 0; i < n; i++) out[i] = conv(get(i));
+      return out;
+    }
+    case "int64": {
+      if (values instanceof BigInt64Array) return values;
+      const out = new BigInt64Array(n);
+      for (let i = 0; i < n; i++) {
+        const v = get(i);
+        if (!Number.isInteger(v))
+          throw new InvalidArgumentError(`value ${v} at index ${i} is not a valid int64`);
+        out[i] = BigInt(v);
+      }
+      return out;
+    }
+    default: {
+      const [lo, hi] = INT_RANGES[dtype] ?? [0, 0];
+      let out: Int32Array | Int16Array | Int8Array | Uint8Array | Uint16Array | Uint32Array;
+      if (dtype === "int32") out = new Int32Array(n);
+      else if (dtype === "int16") out = new Int16Array(n);
+      else if (dtype === "int8" || dtype === "int4") out = new Int8Array(n);
+      else if (dtype === "uint16") out = new Uint16Array(n);
+      else if (dtype === "uint32") out = new Uint32Array(n);
+      else out = new Uint8Array(n);
+      checkInts(out, lo, hi);
+      return out;
+    }
+  }
+}
+
+/** fp32 value of a stored element (for printing and small reads). */
+export function milDataValue(dtype: MilDType, data: MilData, i: number): number | string | boolean {
+  if (dtype === "string") return (data as string[])[i];
+  if (dtype === "fp16") return f16BitsToF32((data as Uint16Array)[i]);
+  if (dtype === "bf16") return bf16BitsToF32((data as Uint16Array)[i]);
+  if (dtype === "bool") return (data as Uint8Array)[i] !== 0;
+  const v = (data as ArrayLike<number | bigint>)[i];
+  return typeof v === "bigint" ? Number(v) : v;
+}
+
+/** Converts a compute-form tensor back to stored `MilData` of its dtype. */
+export function rtToMilData(t: RtTensor): MilData {
+  const { dtype } = t.type;
+  if (dtype === "string") return t.data as string[];
+  if (dtype === "fp32") return t.data as Float32Array;
+  if (dtype === "int32") return t.data as Int32Array;
+  if (dtype === "bool") return t.data as Uint8Array;
+  return toMilData(dtype, t.data as ArrayLike<number>);
+}
+
+/** A scalar or 1-D literal constant (used for default inputs and builder literals). */
+export function literal(
+  dtype: MilDType,
+  values: number | boolean | string | readonly (number | boolean)[],
+): ConstValue {
+  if (typeof values === "string") return { type: tensorType("string", []), data: [values] };
+  const arr = Array.isArray(values) ? values : [values];
+  const shape = Array.isArray(values) ? [arr.length] : [];
+  return { type: tensorType(dtype, shape), data: toMilData(dtype, arr as ArrayLike<number>) };
+}
+
+function typeStr(t: TensorType): string {
+  return `tensor<${t.dtype}, [${t.shape.join(", ")}]>`;
+}
