@@ -1,4 +1,13 @@
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync } from "node:fs";
+import {
+  chmodSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { readChainManifest } from "@anemll-qwen35/ir";
@@ -83,5 +92,37 @@ describe("convert", () => {
       await expect(convert({ model: tied, out: join(blocker, "m") })).rejects.toThrow(OutputError);
     }
     expect(readdirSync(join(out, "..")).filter((f) => !f.startsWith("."))).toEqual([]);
+  });
+
+  it("names the field or tensor when the checkpoint is not a dense Qwen3.5", async () => {
+    const copy = (edit: (dir: string) => void) => {
+      const dir = join(fresh(), "ckpt");
+      cpSync(tied, dir, { recursive: true });
+      edit(dir);
+      return dir;
+    };
+    const out = join(fresh(), "out");
+    const llama = copy((d) => {
+      const c = JSON.parse(readFileSync(join(d, "config.json"), "utf8"));
+      writeFileSync(join(d, "config.json"), JSON.stringify({ ...c, model_type: "llama" }));
+    });
+    await expect(convert({ model: llama, out })).rejects.toThrow(/model_type/);
+    const missing = copy((d) => {
+      const index = JSON.parse(readFileSync(join(d, "model.safetensors.index.json"), "utf8"));
+      delete index.weight_map["model.language_model.layers.1.linear_attn.out_proj.weight"];
+      writeFileSync(join(d, "model.safetensors.index.json"), JSON.stringify(index));
+    });
+    await expect(convert({ model: missing, out })).rejects.toThrow(
+      /layers\.1\.linear_attn\.out_proj\.weight/,
+    );
+    const misshaped = copy((d) => {
+      const c = JSON.parse(readFileSync(join(d, "config.json"), "utf8"));
+      c.text_config.intermediate_size = 512;
+      writeFileSync(join(d, "config.json"), JSON.stringify(c));
+    });
+    await expect(convert({ model: misshaped, out })).rejects.toThrow(
+      /mlp\.gate_proj\.weight.*512|512.*mlp\.gate_proj/s,
+    );
+    expect(existsSync(out)).toBe(false);
   });
 });

@@ -1,4 +1,4 @@
-import { createInterface } from "node:readline/promises";
+import { createInterface } from "node:readline";
 import { type ChatMessage, generate } from "@anemll-qwen35/generate";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
@@ -18,37 +18,42 @@ export function registerChat(program: Command, ctx: Context): void {
   cmd.action(async (dir: string, o) => {
     const out = ctx.output();
     const { model, tokenizer, describe } = await openModel(dir, o as ModelOptions, out.notice);
+    const tty = process.stdin.isTTY === true;
     const rl = createInterface({
       input: process.stdin,
-      output: process.stdout,
-      terminal: process.stdin.isTTY === true,
+      output: tty ? process.stdout : undefined,
+      terminal: tty,
     });
     const history: ChatMessage[] = o.system ? [{ role: "system", content: o.system }] : [];
     let thinking = Boolean(o.think);
     out.notice(`${describe} · context ${model.contextLength} tokens · ${HELP}`);
     try {
-      for (;;) {
-        let line: string;
-        try {
-          line = (await rl.question("> ")).trim();
-        } catch {
-          break; // stdin closed
+      // iterate lines (buffered) rather than rl.question: piped input may arrive all at once
+      const prompt = () => tty && process.stdout.write("> ");
+      prompt();
+      for await (const raw of rl) {
+        const line = raw.trim();
+        if (line === "") {
+          prompt();
+          continue;
         }
-        if (line === "") continue;
         if (line === "/exit" || line === "/quit") break;
         if (line === "/reset") {
           history.splice(o.system ? 1 : 0);
           out.notice("conversation cleared");
+          prompt();
           continue;
         }
         const think = /^\/think\s+(on|off)$/.exec(line);
         if (think) {
           thinking = think[1] === "on";
           out.notice(`thinking ${thinking ? "on" : "off"}`);
+          prompt();
           continue;
         }
         if (line.startsWith("/")) {
           out.notice(`unknown command ${line} — ${HELP}`);
+          prompt();
           continue;
         }
         history.push({ role: "user", content: line });
@@ -69,6 +74,7 @@ export function registerChat(program: Command, ctx: Context): void {
         out.line();
         out.notice(statsLine(r.stats, r.finishReason));
         history.push({ role: "assistant", content: r.text, reasoning_content: r.thinking || undefined });
+        prompt();
       }
     } finally {
       rl.close();
