@@ -2,10 +2,12 @@ import { AnemllError } from "@anemll-qwen35/ir";
 import { Command, CommanderError } from "commander";
 import { registerChat } from "./commands/chat.js";
 import { registerConvert } from "./commands/convert.js";
+import { registerCostplan } from "./commands/costplan.js";
 import { registerDemo } from "./commands/demo.js";
 import { registerDoctor } from "./commands/doctor.js";
 import { registerInspect } from "./commands/inspect.js";
 import { registerRun } from "./commands/run.js";
+import { registerServe } from "./commands/serve.js";
 import { registerVerify } from "./commands/verify.js";
 import type { Context } from "./context.js";
 import { UsageError } from "./options.js";
@@ -31,8 +33,10 @@ export function buildProgram(streams: Streams): Command {
   registerChat(program, ctx);
   registerVerify(program, ctx);
   registerInspect(program, ctx);
+  registerCostplan(program, ctx);
   registerDoctor(program, ctx);
   registerDemo(program, ctx);
+  registerServe(program, ctx);
   return program;
 }
 

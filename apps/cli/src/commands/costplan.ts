@@ -1,0 +1,49 @@
+import { readFile, writeFile } from "node:fs/promises";
+import {
+  CHIP_IDS,
+  type ChipId,
+  compareReports,
+  costplan,
+  formatComparison,
+  formatReport,
+  parseReport,
+} from "@anemll-qwen35/costplan";
+import type { Command } from "commander";
+import type { Context } from "../context.js";
+import { choice } from "../options.js";
+
+export function registerCostplan(program: Command, ctx: Context): void {
+  const cmd = program
+    .command("costplan")
+    .description(
+      "what a package or converted model costs on the ANE: placement per op, time, projected tok/s",
+    )
+    .argument("<path>", "a .mlpackage, or a folder written by `convert`")
+    .option(
+      "--chip <id>",
+      `chip profile (${CHIP_IDS.join(", ")})`,
+      choice("--chip", CHIP_IDS as readonly ChipId[]),
+      "m4-pro",
+    )
+    .option("--save <file>", "also write the JSON report to a file (for `costplan compare`)")
+    .option("--top <n>", "top ops to list", (v) => Number(v), 15)
+    .action(async (path: string, o) => {
+      const out = ctx.output();
+      const report = await costplan(path, { chip: o.chip });
+      if (o.save) await writeFile(o.save, `${JSON.stringify(report, null, 2)}\n`);
+      out.result(report);
+      out.line(formatReport(report, { topOps: o.top }));
+    });
+  cmd
+    .command("compare")
+    .description("compare two saved reports (before/after an option such as --ctx or --fuse)")
+    .argument("<a>", "report JSON (costplan --save)")
+    .argument("<b>", "report JSON")
+    .action(async (a: string, b: string) => {
+      const out = ctx.output();
+      const read = async (f: string) => parseReport(JSON.parse(await readFile(f, "utf8")));
+      const c = compareReports(await read(a), await read(b));
+      out.result(c);
+      out.line(formatComparison(c));
+    });
+}

@@ -1,0 +1,317 @@
+/**
+ * From analysed packages to a report: times every op with the roofline, then derives every
+ * aggregate (function summaries, interruptions, package predictions, totals, the chain's tok/s,
+ * op-type breakdown, top ops, fallbacks) from the op entries alone — so `retime` can re-derive a
+ * whole report for another chip or runtime figures without the programs.
+ */
+import type { AnalyzedModel } from "./analyze.js";
+import type { ChipProfile, RuntimeFigures } from "./chips.js";
+import { findInterruptions } from "./interruptions.js";
+import type { ComputeUnits } from "./placement.js";
+import {
+  type CostReport,
+  type Fallback,
+  type FunctionPlan,
+  type FunctionSummary,
+  type OpEntry,
+  type OpTypeRow,
+  type PackagePlan,
+  type PlanSource,
+  REPORT_SCHEMA,
+  REPORT_SCHEMA_VERSION,
+  type TopOp,
+} from "./report.js";
+import { opTime } from "./roofline.js";
+import { TOOL_NAME, TOOL_VERSION } from "./version.js";
+
+export interface ComponentInput {
+  readonly name: string;
+  readonly path?: string;
+  readonly analysis: AnalyzedModel;
+  readonly decodeFunction: string;
+  readonly source: PlanSource;
+  readonly measured?: { readonly ms: number; readonly runs: number; readonly warmup: number };
+}
+
+export interface BuildInput {
+  readonly target: CostReport["target"];
+  readonly components: readonly ComponentInput[];
+  readonly chip: ChipProfile;
+  readonly runtime: RuntimeFigures;
+  readonly computeUnits: ComputeUnits;
+  readonly chain: boolean;
+  readonly notes: readonly string[];
+}
+
+const TOP_OPS = 20;
+
+function emptySummary(weightBytesStored: number, weightBytesDense: number): FunctionSummary {
+  return {
+    operations: 0,
+    loadTimeOps: 0,
+    runtimeOps: 0,
+    ane: 0,
+    cpu: 0,
+    gpu: 0,
+    flops: 0,
+    bytesRead: { weights: 0, activations: 0, state: 0 },
+    bytesWritten: { activations: 0, state: 0 },
+    weightBytesStored,
+    weightBytesDense,
+    estimatedMs: 0,
+    opMs: 0,
+    switchMs: 0,
+  };
+}
+
+export function buildReport(input: BuildInput): CostReport {
+  const packages: PackagePlan[] = input.components.map((c) => ({
+    name: c.name,
+    path: c.path,
+    source: c.source,
+    specificationVersion: c.analysis.specificationVersion,
+    decodeFunction: c.decodeFunction,
+    weightBytesStored: c.analysis.weightBytesStored,
+    functions: c.analysis.functions.map(
+      (f): FunctionPlan => ({
+        name: f.name,
+        opset: f.opset,
+        ops: f.ops,
+        summary: emptySummary(
+          [...f.weightBlobs.values()].reduce((s, b) => s + b, 0),
+          f.weightBytesDense,
+        ),
+        interruptions: findInterruptions([], 0),
+      }),
+    ),
+    prediction: {
+      estimatedMs: 0,
+      dispatchMs: 0,
+      measuredMs: c.measured?.ms,
+      measuredRuns: c.measured?.runs,
+      measuredWarmup: c.measured?.warmup,
+    },
+  }));
+  const report: CostReport = {
+    schema: REPORT_SCHEMA,
+    schemaVersion: REPORT_SCHEMA_VERSION,
+    tool: { name: TOOL_NAME, version: TOOL_VERSION },
+    source:
+      packages.length > 0 && packages.every((p) => p.source === "mlcomputeplan")
+        ? "mlcomputeplan"
+        : "static-estimate",
+    target: input.target,
+    chip: chipSummary(input.chip),
+    runtime: { ...input.runtime },
+    computeUnits: input.computeUnits,
+    packages,
+    totals: {
+      packages: 0,
+      operations: 0,
+      runtimeOps: 0,
+      ane: 0,
+      cpu: 0,
+      gpu: 0,
+      flops: 0,
+      bytesRead: { weights: 0, activations: 0, state: 0 },
+      bytesWritten: { activations: 0, state: 0 },
+      weightBytesStored: 0,
+      interruptions: 0,
+      estimatedMs: 0,
+    },
+    chain: input.chain
+      ? {
+          name: input.target.name,
+          components: packages.map((p) => p.name),
+          predictionsPerToken: packages.length,
+          estimatedMsPerToken: 0,
+          estimatedTokPerSec: 0,
+        }
+      : undefined,
+    opTypes: [],
+    topOps: [],
+    fallbacks: [],
+    notes: [...input.notes],
+  };
+  return applyTiming(report);
+}
+
+function chipSummary(c: ChipProfile): CostReport["chip"] {
+  const { id, name, aneTops, aneFp16Tflops, aneGBps, memoryGBps, cpuGflops, cpuGBps, gpuTflops, gpuGBps } = c;
+  return { id, name, aneTops, aneFp16Tflops, aneGBps, memoryGBps, cpuGflops, cpuGBps, gpuTflops, gpuGBps };
+}
+
+/** The chip profile a report was timed with (its figures are all the roofline needs). */
+function chipOf(report: CostReport): ChipProfile {
+  return { ...report.chip, id: report.chip.id as ChipProfile["id"] };
+}
+
+function summarize(f: FunctionPlan, switchMs: number): FunctionSummary {
+  const s = emptySummary(f.summary.weightBytesStored, f.summary.weightBytesDense);
+  for (const op of f.ops) {
+    s.operations++;
+    if (op.device === "load") {
+      s.loadTimeOps++;
+      continue;
+    }
+    s.runtimeOps++;
+    if (op.device === "ANE") s.ane++;
+    else if (op.device === "CPU") s.cpu++;
+    else s.gpu++;
+    s.flops += op.flops;
+    s.bytesRead.weights += op.bytesRead.weights;
+    s.bytesRead.activations += op.bytesRead.activations;
+    s.bytesRead.state += op.bytesRead.state;
+    s.bytesWritten.activations += op.bytesWritten.activations;
+    s.bytesWritten.state += op.bytesWritten.state;
+    s.opMs += op.estimatedMs;
+  }
+  s.switchMs = switchMs;
+  s.estimatedMs = s.opMs + switchMs;
+  return s;
+}
+
+const moved = (op: OpEntry): number =>
+  op.bytesRead.weights +
+  op.bytesRead.activations +
+  op.bytesRead.state +
+  op.bytesWritten.activations +
+  op.bytesWritten.state;
+
+/** Recomputes every time and aggregate of `report` from its op entries, chip and runtime (in place). */
+export function applyTiming(report: CostReport): CostReport {
+  const chip = chipOf(report);
+  const runtime = report.runtime;
+  const dispatch = runtime.dispatchMs.value;
+  const totals = report.totals;
+  Object.assign(totals, {
+    packages: report.packages.length,
+    operations: 0,
+    runtimeOps: 0,
+    ane: 0,
+    cpu: 0,
+    gpu: 0,
+    flops: 0,
+    bytesRead: { weights: 0, activations: 0, state: 0 },
+    bytesWritten: { activations: 0, state: 0 },
+    weightBytesStored: 0,
+    interruptions: 0,
+    estimatedMs: 0,
+  });
+  const byType = new Map<string, OpTypeRow>();
+  const top: TopOp[] = [];
+  const fallbacks: Fallback[] = [];
+  for (const pkg of report.packages) {
+    for (const f of pkg.functions) {
+      for (const op of f.ops) {
+        const t = opTime(op.device, op.flops, moved(op), chip, runtime);
+        op.estimatedMs = t.ms;
+        op.bound = t.bound;
+        if (op.device === "CPU" || op.device === "GPU") {
+          fallbacks.push({
+            package: pkg.name,
+            function: f.name,
+            index: op.index,
+            name: op.name,
+            type: op.type,
+            device: op.device,
+            rule: op.rule,
+            reason: op.reason,
+            soft: op.supportedDevices?.includes("ANE") ?? false,
+          });
+        }
+      }
+      f.interruptions = findInterruptions(f.ops, runtime.switchMs.value);
+      f.summary = summarize(f, f.interruptions.estimatedSwitchMs);
+    }
+    const decode = pkg.functions.find((f) => f.name === pkg.decodeFunction) ?? pkg.functions[0];
+    pkg.prediction.dispatchMs = dispatch;
+    pkg.prediction.estimatedMs = (decode?.summary.estimatedMs ?? 0) + dispatch;
+    totals.weightBytesStored += pkg.weightBytesStored;
+    totals.estimatedMs += pkg.prediction.estimatedMs;
+    if (!decode) continue;
+    const s = decode.summary;
+    totals.operations += s.operations;
+    totals.runtimeOps += s.runtimeOps;
+    totals.ane += s.ane;
+    totals.cpu += s.cpu;
+    totals.gpu += s.gpu;
+    totals.flops += s.flops;
+    totals.bytesRead.weights += s.bytesRead.weights;
+    totals.bytesRead.activations += s.bytesRead.activations;
+    totals.bytesRead.state += s.bytesRead.state;
+    totals.bytesWritten.activations += s.bytesWritten.activations;
+    totals.bytesWritten.state += s.bytesWritten.state;
+    totals.interruptions += decode.interruptions.count;
+    for (const op of decode.ops) {
+      if (op.device === "load") continue;
+      let row = byType.get(op.type);
+      if (!row) {
+        row = {
+          type: op.type,
+          count: 0,
+          ane: 0,
+          cpu: 0,
+          gpu: 0,
+          flops: 0,
+          bytes: 0,
+          weightBytes: 0,
+          estimatedMs: 0,
+          share: 0,
+        };
+        byType.set(op.type, row);
+      }
+      row.count++;
+      if (op.device === "ANE") row.ane++;
+      else if (op.device === "CPU") row.cpu++;
+      else row.gpu++;
+      row.flops += op.flops;
+      row.bytes += moved(op);
+      row.weightBytes += op.bytesRead.weights;
+      row.estimatedMs += op.estimatedMs;
+      top.push({
+        package: pkg.name,
+        function: decode.name,
+        index: op.index,
+        name: op.name,
+        type: op.type,
+        device: op.device,
+        estimatedMs: op.estimatedMs,
+        flops: op.flops,
+        bytes: moved(op),
+        bound: op.bound,
+      });
+    }
+  }
+  const opMs = [...byType.values()].reduce((s, r) => s + r.estimatedMs, 0);
+  report.opTypes = [...byType.values()]
+    .map((r) => ({ ...r, share: opMs > 0 ? r.estimatedMs / opMs : 0 }))
+    .sort((a, b) => b.estimatedMs - a.estimatedMs || a.type.localeCompare(b.type));
+  report.topOps = top
+    .sort((a, b) => b.estimatedMs - a.estimatedMs || a.package.localeCompare(b.package) || a.index - b.index)
+    .slice(0, TOP_OPS);
+  report.fallbacks = fallbacks;
+  if (report.chain) {
+    const ms = report.packages.reduce((s, p) => s + p.prediction.estimatedMs, 0);
+    report.chain.estimatedMsPerToken = ms;
+    report.chain.estimatedTokPerSec = ms > 0 ? 1000 / ms : 0;
+    const measured = report.packages.map((p) => p.prediction.measuredMs);
+    if (measured.length > 0 && measured.every((m) => m !== undefined)) {
+      const mms = measured.reduce((s: number, m) => s + (m ?? 0), 0);
+      report.chain.measuredMsPerToken = mms;
+      report.chain.measuredTokPerSec = mms > 0 ? 1000 / mms : 0;
+    }
+  }
+  return report;
+}
+
+/** A copy of `report` timed for another chip and/or other runtime figures (placement unchanged). */
+export function retime(
+  report: CostReport,
+  change: { chip?: ChipProfile; runtime?: Partial<RuntimeFigures> },
+): CostReport {
+  const copy = structuredClone(report);
+  if (change.chip) copy.chip = chipSummary(change.chip);
+  if (change.runtime) copy.runtime = { ...copy.runtime, ...change.runtime };
+  return applyTiming(copy);
+}

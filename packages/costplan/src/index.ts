@@ -1,0 +1,50 @@
+export {
+  type AnalyzedFunction,
+  type AnalyzedModel,
+  analyzeFunction,
+  analyzeModel,
+  defaultFunctionOf,
+} from "./analyze.js";
+export { applyTiming, buildReport, type ComponentInput, retime } from "./assemble.js";
+export { FITTED_RUNTIME } from "./calibration.js";
+export { type ChainComponent, type ChainInput, loadTarget, ModelJsonSchema, type Target } from "./chain.js";
+export {
+  CHIP_IDS,
+  CHIPS,
+  type ChipId,
+  type ChipProfile,
+  DEFAULT_RUNTIME,
+  type Figure,
+  type FigureKind,
+  type RuntimeFigures,
+} from "./chips.js";
+export { type Comparison, compareReports, type Delta, formatComparison } from "./compare.js";
+export { type CostplanOptions, costplan } from "./costplan.js";
+export { ChainError, CostplanOptionError, NativePlanUnavailableError, ReportSchemaError } from "./errors.js";
+export { type FormatOptions, formatReport } from "./format.js";
+export { findInterruptions } from "./interruptions.js";
+export {
+  type CostplanAddon,
+  loadNativeAddon,
+  mergePlan,
+  type NativeMeasurement,
+  type NativePlan,
+  type NativePlanOp,
+  nativeAvailability,
+} from "./native.js";
+export { OP_FLOPS, type OpWork, opWork } from "./op-cost.js";
+export { type Operand, type OperandRole, tensorBytes, type WeightInfo } from "./operands.js";
+export {
+  ANE_MAX_DIM,
+  ANE_MAX_WEIGHT_BYTES,
+  ANE_OBSERVED_OPS,
+  type ComputeUnits,
+  type Device,
+  PLACEMENT_RULES,
+  type Placement,
+  type PlacementRule,
+  placeOp,
+} from "./placement.js";
+export * from "./report.js";
+export { deviceRates, type OpTime, opTime } from "./roofline.js";
+export { TOOL_NAME, TOOL_VERSION } from "./version.js";
