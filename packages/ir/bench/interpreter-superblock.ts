@@ -252,73 +252,80 @@ function topOps(p: RunProfile, n = 6): Record<string, number> {
   );
 }
 
+/** Wall and CPU time (user + system, all threads of the process) of one call. */
+function timed<T>(f: () => T): { value: T; ms: number; cpuMs: number } {
+  const c0 = process.cpuUsage();
+  const t0 = performance.now();
+  const value = f();
+  const ms = performance.now() - t0;
+  const d = process.cpuUsage(c0);
+  return { value, ms, cpuMs: (d.user + d.system) / 1000 };
+}
+
+const round2 = (x: number) => Number(x.toFixed(2));
+
 export async function interpreterSuperblockBench(steps = 10): Promise<unknown> {
-  let t0 = performance.now();
-  const sb = buildSuperblock();
-  const program = sb.program();
-  const buildMs = performance.now() - t0;
+  const built = timed(() => buildSuperblock().program());
+  const program = built.value;
   const ops = program.functions.main.block.operations.length;
-  console.log(`super-block: ${ops} ops, built in ${buildMs.toFixed(0)} ms`);
+  console.log(`super-block: ${ops} ops, built in ${built.ms.toFixed(0)} ms`);
   const modes: Record<string, unknown> = {};
-  const stepMs: Partial<Record<Precision, number>> = {};
-  const stepMin: Partial<Record<Precision, number>> = {};
+  const wall: Partial<Record<Precision, { median: number; min: number; cpu: number }>> = {};
   for (const precision of ["fp32", "fp16"] as const) {
     const it = new MilInterpreter(program, { precision });
     const state = it.newState();
-    t0 = performance.now();
-    it.run(decodeInputs(0), { state });
-    const firstMs = performance.now() - t0; // includes weight decode into the SIMD heap (once per program)
+    const first = timed(() => it.run(decodeInputs(0), { state })); // includes decoding weights into the SIMD heap
     for (let s = 1; s <= WARMUP; s++) it.run(decodeInputs(s), { state }); // let the JIT settle
     const times: number[] = [];
+    const cpu: number[] = [];
     let profile: RunProfile | undefined;
     let nonFinite = 0;
     for (let s = WARMUP + 1; s <= WARMUP + steps; s++) {
-      t0 = performance.now();
-      const r = it.run(decodeInputs(s), { state, profile: s === WARMUP + steps });
-      times.push(performance.now() - t0);
-      profile = r.profile ?? profile;
-      nonFinite += r.nonFinite.length;
+      const r = timed(() => it.run(decodeInputs(s), { state, profile: s === WARMUP + steps }));
+      times.push(r.ms);
+      cpu.push(r.cpuMs);
+      profile = r.value.profile ?? profile;
+      nonFinite += r.value.nonFinite.length;
     }
-    stepMs[precision] = median(times);
-    stepMin[precision] = Math.min(...times);
+    wall[precision] = { median: median(times), min: Math.min(...times), cpu: median(cpu) };
     modes[precision] = {
-      firstRunMs: Number(firstMs.toFixed(1)),
-      stepMsMedian: Number(median(times).toFixed(2)),
-      stepMsMin: Number(Math.min(...times).toFixed(2)),
-      stepsMs: times.map((t) => Number(t.toFixed(2))),
+      firstRunMs: round2(first.ms),
+      stepMsMedian: round2(median(times)),
+      stepMsMin: round2(Math.min(...times)),
+      cpuMsPerStepMedian: round2(median(cpu)),
+      stepsMs: times.map(round2),
       nonFiniteOutputs: nonFinite,
       topOpsMs: profile ? topOps(profile) : {},
     };
     console.log(
-      `  ${precision}: first run ${firstMs.toFixed(0)} ms, step median ${median(times).toFixed(1)} ms`,
-      profile ? topOps(profile) : "",
+      `  ${precision}: first run ${first.ms.toFixed(0)} ms, step median ${median(times).toFixed(1)} ms (min ${Math.min(...times).toFixed(1)}, CPU ${median(cpu).toFixed(1)})`,
     );
   }
   // head: lm_head matvec + embedding gather on the tied 248320 x 1024 table
-  t0 = performance.now();
-  const head = buildHead().program();
-  console.log(`head built in ${(performance.now() - t0).toFixed(0)} ms`);
-  const headIt = new MilInterpreter(head, { precision: "fp32" });
+  const headBuilt = timed(() => buildHead().program());
+  console.log(`head built in ${headBuilt.ms.toFixed(0)} ms`);
+  const headIt = new MilInterpreter(headBuilt.value, { precision: "fp32" });
   const headInputs = { ids: tensor("i32", [1, 1], Int32Array.from([12345])), hidden: decodeInputs(3).hidden };
-  t0 = performance.now();
-  headIt.run(headInputs);
-  const headFirst = performance.now() - t0;
+  const headFirst = timed(() => headIt.run(headInputs));
   const headTimes: number[] = [];
+  const headCpu: number[] = [];
   let headProfile: RunProfile | undefined;
   for (let s = 0; s < Math.max(3, Math.ceil(steps / 2)); s++) {
-    t0 = performance.now();
-    headProfile = headIt.run(headInputs, { profile: true, outputs: "fp32" }).profile;
-    headTimes.push(performance.now() - t0);
+    const r = timed(() => headIt.run(headInputs, { profile: true, outputs: "fp32" }));
+    headTimes.push(r.ms);
+    headCpu.push(r.cpuMs);
+    headProfile = r.value.profile;
   }
-  const headMs = median(headTimes);
-  const headMin = Math.min(...headTimes);
+  const head = { median: median(headTimes), min: Math.min(...headTimes), cpu: median(headCpu) };
   console.log(
-    `  head: first run ${headFirst.toFixed(0)} ms, median ${headMs.toFixed(1)} ms`,
-    headProfile ? topOps(headProfile) : "",
+    `  head: first run ${headFirst.ms.toFixed(0)} ms, median ${head.median.toFixed(1)} ms (min ${head.min.toFixed(1)}, CPU ${head.cpu.toFixed(1)})`,
   );
-  const projection = (sbMs: number, hMs = headMs) => {
-    const tokenMs = SUPERBLOCKS * sbMs + hMs;
-    return { tokenMs: Number(tokenMs.toFixed(1)), tokPerS: Number((1000 / tokenMs).toFixed(3)) };
+  const projection = (pick: "median" | "min" | "cpu") => {
+    const one = (p: Precision) => {
+      const tokenMs = SUPERBLOCKS * (wall[p]?.[pick] ?? Number.NaN) + head[pick];
+      return { tokenMs: Number(tokenMs.toFixed(1)), tokPerS: Number((1000 / tokenMs).toFixed(3)) };
+    };
+    return { fp32: one("fp32"), fp16: one("fp16") };
   };
   const result = {
     bench: "interpreter-superblock",
@@ -329,6 +336,8 @@ export async function interpreterSuperblockBench(steps = 10): Promise<unknown> {
       node: process.version,
       platform: `${process.platform}-${process.arch}`,
     },
+    threads: Number(process.env.ANEMLL_THREADS) || Math.min(8, os.availableParallelism()),
+    loadAverage: os.loadavg().map(round2),
     shapes: {
       hidden: HIDDEN,
       mlp: MLP,
@@ -341,26 +350,23 @@ export async function interpreterSuperblockBench(steps = 10): Promise<unknown> {
     steps,
     superblock: modes,
     head: {
-      firstRunMs: Number(headFirst.toFixed(1)),
-      medianMs: Number(headMs.toFixed(2)),
-      minMs: Number(headMin.toFixed(2)),
+      firstRunMs: round2(headFirst.ms),
+      medianMs: round2(head.median),
+      minMs: round2(head.min),
+      cpuMsMedian: round2(head.cpu),
       topOpsMs: headProfile ? topOps(headProfile) : {},
     },
-    projected: { fp32: projection(stepMs.fp32 ?? Number.NaN), fp16: projection(stepMs.fp16 ?? Number.NaN) },
-    projectedFromFastestSteps: {
-      fp32: projection(stepMin.fp32 ?? Number.NaN, headMin),
-      fp16: projection(stepMin.fp16 ?? Number.NaN, headMin),
-    },
-    threads: Number(process.env.ANEMLL_THREADS) || Math.min(8, os.availableParallelism()),
-    loadAverage: os.loadavg().map((l) => Number(l.toFixed(2))),
-    note: "projected = 6 x super-block step (median after 3 warm-up steps) + lm_head/embed (fp32 mode); WebAssembly SIMD matvec split over `threads` threads",
+    // 6 x super-block step + head; medians after 3 warm-up steps
+    projected: projection("median"),
+    // the same from the fastest step and head run (the machine is shared: load varies)
+    projectedFromFastest: projection("min"),
+    // from CPU time of all threads: what a single otherwise idle core would take
+    projectedFromCpuTime: projection("cpu"),
+    note: "head = lm_head matvec + embedding gather (fp32 mode); matrix products in WebAssembly SIMD split over `threads` threads",
   };
-  console.log(
-    "projected (medians):",
-    result.projected,
-    "from the fastest steps:",
-    result.projectedFromFastestSteps,
-  );
+  console.log("projected (medians):", result.projected);
+  console.log("projected (fastest):", result.projectedFromFastest);
+  console.log("projected (CPU time, one idle core):", result.projectedFromCpuTime);
   const out = join(dirname(fileURLToPath(import.meta.url)), "results", "interpreter-superblock.json");
   mkdirSync(dirname(out), { recursive: true });
   writeFileSync(`${out}.tmp`, `${JSON.stringify(result, null, 2)}\n`);

@@ -420,9 +420,10 @@ export class MilInterpreter {
           if (bad) for (const k of s.inSlots) bad[slot] |= bad[k];
           continue;
         }
-        if (fp16 && r.type.dtype === "fp16") roundF16InPlace(r.data, this.flush);
+        const rounded = fp16 && r.type.dtype === "fp16";
+        const nonFiniteAfterRounding = rounded ? roundF16InPlace(r.data, this.flush) : 0;
         if (!bad) continue;
-        const count = countNonFinite(r.data);
+        const count = rounded ? nonFiniteAfterRounding : countNonFinite(r.data);
         if (count === 0) continue;
         bad[slot] = 1;
         const origin = !s.inSlots.some((k) => bad[k]);
