@@ -20,8 +20,8 @@ export interface OpWork {
   readonly flops: number;
   readonly read: { readonly weights: number; readonly activations: number; readonly state: number };
   readonly written: { readonly activations: number; readonly state: number };
-  /** Where the FLOP count came from: this table, the registry's own estimate, or nothing known. */
-  readonly formula: "costplan" | "registry" | "unknown";
+  /** Where the FLOP count came from: this table, or nothing known (0). */
+  readonly formula: "costplan" | "unknown";
 }
 
 type FlopsFn = (r: ResolvedOperation) => number;
@@ -155,9 +155,6 @@ export function opWork(r: ResolvedOperation, operands: readonly Operand[]): OpWo
   if (fn) {
     flops = fn(r);
     formula = "costplan";
-  } else if (r.def.cost) {
-    flops = r.def.cost(r.args, r.outputs).flops;
-    formula = "registry";
   }
   const read = { weights: 0, activations: 0, state: 0 };
   const written = { activations: 0, state: 0 };

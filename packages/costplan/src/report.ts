@@ -45,8 +45,8 @@ export const OpEntrySchema = z.object({
   intensity: nonneg,
   bound: z.enum(["compute", "memory", "none"]),
   estimatedMs: nonneg,
-  /** Where the FLOP count came from: costplan's table, the op registry's estimate, or unknown (0). */
-  formula: z.enum(["costplan", "registry", "unknown"]),
+  /** Where the FLOP count came from: costplan's table, or unknown (0). */
+  formula: z.enum(["costplan", "unknown"]),
   /** Weights the op reads: stored (compressed) and dense bytes and how they are encoded. */
   weights: z
     .array(z.object({ param: z.string(), storedBytes: nonneg, denseBytes: nonneg, encoding: z.string() }))

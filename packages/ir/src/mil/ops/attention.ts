@@ -103,15 +103,6 @@ const sdpa: OpDef = {
     }
     return [{ type: out[0], data: o }];
   },
-  cost(a, out) {
-    const { L, S, E, EV, batch } = check(a);
-    const B = numelOf(batch);
-    let bytes =
-      bytesOf(a.type("query")) + bytesOf(a.type("key")) + bytesOf(a.type("value")) + bytesOf(out[0]);
-    const m = a.typeOpt("attn_mask");
-    if (m) bytes += bytesOf(m);
-    return { flops: 2 * B * L * S * (E + EV) + 5 * B * L * S, bytes };
-  },
 };
 
 export const ATTENTION_OPS: readonly OpDef[] = [sdpa];

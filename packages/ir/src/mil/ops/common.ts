@@ -3,7 +3,7 @@ import type { ConstValue, MilDType, TensorType } from "../program.js";
 import { milDTypeBits, tensorType } from "../program.js";
 import { normAxis, shapeStr } from "../shape.js";
 import { literal, numelOf, toMilData } from "../values.js";
-import type { OpArgs, OpCost } from "./opdef.js";
+import type { OpArgs } from "./opdef.js";
 
 /** Type-domain lists as coremltools spells them for iOS18. */
 export const FP: readonly MilDType[] = ["fp16", "fp32"];
@@ -46,19 +46,6 @@ export const lit = {
 
 export function bytesOf(t: TensorType): number {
   return Math.ceil((numelOf(t.shape) * milDTypeBits(t.dtype)) / 8);
-}
-
-/** Cost of an op doing `perElement` flops per output element, reading all inputs once. */
-export function elementwiseCost(a: OpArgs, out: readonly TensorType[], perElement = 1): OpCost {
-  let bytes = 0;
-  for (const infos of Object.values(a.inputs))
-    for (const i of infos) if (i.type.kind === "tensor") bytes += bytesOf(i.type);
-  let flops = 0;
-  for (const t of out) {
-    bytes += bytesOf(t);
-    flops += perElement * numelOf(t.shape);
-  }
-  return { flops, bytes };
 }
 
 /** Reads and normalises an axis parameter. */

@@ -11,7 +11,7 @@ import { milDTypeBits } from "../program.js";
 import { shapeStr, stridesOf } from "../shape.js";
 import { f16Table, numelOf } from "../values.js";
 import { bytesOf, I32, tt } from "./common.js";
-import type { OpArgs, OpCost, OpDef } from "./opdef.js";
+import type { OpArgs, OpDef } from "./opdef.js";
 
 /** `const`: its value is the op's `val` attribute (Operation.value); handled by the callers. */
 const constOp: OpDef = {
@@ -54,13 +54,6 @@ function blockTables(
     for (let c = 0; c < dim; c++) t[c] = Math.floor(c / bs) * groupStrides[d];
     return t;
   });
-}
-
-function compressedCost(a: OpArgs, out: readonly TensorType[]): OpCost {
-  let bytes = 0;
-  for (const infos of Object.values(a.inputs))
-    for (const i of infos) if (i.type.kind === "tensor") bytes += bytesOf(i.type);
-  return { flops: numelOf(out[0].shape), bytes };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -168,7 +161,6 @@ const lutToDense: OpDef = {
     }
     return [{ type: out[0], data: o }];
   },
-  cost: compressedCost,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -240,7 +232,6 @@ const blockwiseShiftScale: OpDef = {
     }
     return [{ type: out[0], data: o }];
   },
-  cost: compressedCost,
 };
 
 export const CONSTEXPR_OPS: readonly OpDef[] = [constOp, lutToDense, blockwiseShiftScale];

@@ -8,7 +8,7 @@ import type { MilDType, TensorType } from "../program.js";
 import { broadcastPlan, broadcastShapes, expandTo, sameShape, shapeStr } from "../shape.js";
 import type { RtTensor } from "../values.js";
 import { allocRt } from "../values.js";
-import { BOOL, elementwiseCost, FP, FP_I32, FP_I32_BOOL, lit, STR, tt } from "./common.js";
+import { BOOL, FP, FP_I32, FP_I32_BOOL, lit, STR, tt } from "./common.js";
 import type { OpArgs, OpDef } from "./opdef.js";
 
 type Num = Float32Array | Int32Array | Uint8Array;
@@ -214,7 +214,6 @@ function binaryDef(type: string): OpDef {
     domains: { T: domain },
     infer: (a) => [tt(boolOut ? "bool" : a.type("x").dtype, broadcastOut(a, "x", "y"))],
     evaluate: (a, out) => [evalBinary(type, a.value("x"), a.value("y"), out[0])],
-    cost: (a, out) => elementwiseCost(a, out, type === "pow" ? 8 : 1),
   };
 }
 
@@ -334,7 +333,6 @@ function unaryDef(type: string): OpDef {
     domains: eps === undefined ? { T: u.domain } : { T: u.domain, U: FP },
     infer: (a) => [a.type("x")],
     evaluate: (a, out) => [evalUnary(type, a.value("x"), out[0], eps === undefined ? 0 : a.num("epsilon"))],
-    cost: (a, out) => elementwiseCost(a, out, u.flops ?? 1),
   };
 }
 
@@ -390,7 +388,6 @@ const cast: OpDef = {
     }
     return [{ type: t, data: o }];
   },
-  cost: (a, out) => elementwiseCost(a, out, 0),
 };
 
 const select: OpDef = {
@@ -412,7 +409,6 @@ const select: OpDef = {
     for (let i = 0; i < o.length; i++) o[i] = c[i * sc] ? x[i * sx] : y[i * sy];
     return [{ type: t, data: o }];
   },
-  cost: (a, out) => elementwiseCost(a, out, 1),
 };
 
 const clip: OpDef = {
@@ -437,7 +433,6 @@ const clip: OpDef = {
     for (let i = 0; i < x.length; i++) o[i] = Math.min(Math.max(x[i], lo), hi);
     return [{ type: out[0], data: o }];
   },
-  cost: (a, out) => elementwiseCost(a, out, 2),
 };
 
 const identity: OpDef = {
@@ -447,7 +442,6 @@ const identity: OpDef = {
   params: [{ name: "x" }],
   infer: (a) => [a.type("x")],
   evaluate: (a, out) => [{ type: out[0], data: a.value("x").data }],
-  cost: (a, out) => elementwiseCost(a, out, 0),
 };
 
 export const ELEMENTWISE_OPS: readonly OpDef[] = [

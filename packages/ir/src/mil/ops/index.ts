@@ -56,7 +56,6 @@ export type {
   DTypeSpec,
   EvalContext,
   InputInfo,
-  OpCost,
   OpDef,
   OpsetVersion,
   ParamDef,

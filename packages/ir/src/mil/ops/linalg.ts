@@ -91,11 +91,6 @@ const linear: OpDef = {
     }
     return [{ type: out[0], data: o }];
   },
-  cost(a, out) {
-    const w = a.type("weight");
-    const M = numelOf(a.type("x").shape) / w.shape[1];
-    return { flops: 2 * M * numelOf(w.shape), bytes: bytesOf(a.type("x")) + bytesOf(w) + bytesOf(out[0]) };
-  },
 };
 
 const zeroChecked = new WeakMap<Float32Array, boolean>();
@@ -227,13 +222,6 @@ const matmul: OpDef = {
     }
     if (out[0].dtype === "int32") return [{ type: out[0], data: Int32Array.from(o, Math.round) }];
     return [{ type: out[0], data: o }];
-  },
-  cost(a, out) {
-    const p = matmulPlan(a);
-    return {
-      flops: 2 * numelOf(p.batch) * p.M * p.N * p.K,
-      bytes: bytesOf(a.type("x")) + bytesOf(a.type("y")) + bytesOf(out[0]),
-    };
   },
 };
 
@@ -440,11 +428,6 @@ const conv: OpDef = {
     return [tt(a.type("x").dtype, convPlan(a).out)];
   },
   evaluate: (a, out) => [evalConv(a, out[0])],
-  cost(a, out) {
-    const w = a.type("weight");
-    const macs = numelOf(out[0].shape) * (numelOf(w.shape) / w.shape[0]);
-    return { flops: 2 * macs, bytes: bytesOf(a.type("x")) + bytesOf(w) + bytesOf(out[0]) };
-  },
 };
 
 function spatialOnes(a: OpArgs): number[] {

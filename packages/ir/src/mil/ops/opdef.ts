@@ -1,7 +1,8 @@
 /**
  * The shape of one MIL op definition. Every op is defined once — signature, type/shape
- * inference, reference evaluation and a cost estimate side by side — and the builder, the
- * type checker, the interpreter and the cost model all read that one definition.
+ * inference and reference evaluation side by side — and the builder, the type checker, the
+ * interpreter and the cost model (costplan, which keeps its per-op work formulas keyed by op type
+ * and reads every type from here) all use that one definition.
  *
  * Signatures follow coremltools' op definitions for opset CoreML8 (iOS18): for each op the
  * newest version at or below iOS18 (`coremltools/converters/mil/mil/ops/defs/iOS15..iOS18`).
@@ -33,14 +34,6 @@ export interface ParamDef {
   readonly default?: (a: OpArgs) => ConstValue | undefined;
 }
 
-/** Work estimate of one op execution (for the cost model). */
-export interface OpCost {
-  /** Floating-point operations (a multiply-add counts 2). */
-  readonly flops: number;
-  /** Bytes read and written, at the declared dtypes, assuming no reuse across ops. */
-  readonly bytes: number;
-}
-
 export type Precision = "fp32" | "fp16";
 
 /** What evaluation may ask of the interpreter. */
@@ -68,7 +61,6 @@ export interface OpDef {
   infer(a: OpArgs): TensorType[];
   /** Reference evaluation; returns one tensor per output type. */
   evaluate(a: OpArgs, out: readonly TensorType[], ctx: EvalContext): RtTensor[];
-  cost?(a: OpArgs, out: readonly TensorType[]): OpCost;
 }
 
 /** What is known about one bound input. */

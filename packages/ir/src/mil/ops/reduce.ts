@@ -8,7 +8,7 @@ import type { MilDType, TensorType } from "../program.js";
 import { aroundAxis, permute, shapeStr } from "../shape.js";
 import type { RtTensor } from "../values.js";
 import { allocRt, numelOf } from "../values.js";
-import { axesArg, axisArg, BOOL, elementwiseCost, FP, FP_I32, I32, lit, STR, tt } from "./common.js";
+import { axesArg, axisArg, BOOL, FP, FP_I32, I32, lit, STR, tt } from "./common.js";
 import type { OpArgs, OpDef } from "./opdef.js";
 
 type Num = Float32Array | Int32Array;
@@ -70,7 +70,6 @@ function reduceDef(type: (typeof REDUCERS)[number]): OpDef {
       reduceInto(type, x, reduceAxes(a), o);
       return [{ type: out[0], data: o }];
     },
-    cost: (a, out) => ({ ...elementwiseCost(a, out, 0), flops: numelOf(a.type("x").shape) }),
   };
 }
 
@@ -192,7 +191,6 @@ function argDef(type: "reduce_argmax" | "reduce_argmin"): OpDef {
       }
       return [{ type: out[0], data: o }];
     },
-    cost: (a, out) => ({ ...elementwiseCost(a, out, 0), flops: numelOf(a.type("x").shape) }),
   };
 }
 
@@ -221,7 +219,6 @@ const softmax: OpDef = {
       },
     ];
   },
-  cost: (a, out) => elementwiseCost(a, out, 5),
 };
 
 /** Numerically stable softmax along `axis` (max subtracted, sums in float64). */
@@ -315,7 +312,6 @@ const layerNorm: OpDef = {
     const inv = perm.map((_, i) => perm.indexOf(i));
     return [{ type: out[0], data: permute(o, permShape, inv) }];
   },
-  cost: (a, out) => elementwiseCost(a, out, 8),
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -361,7 +357,6 @@ const cumsum: OpDef = {
     }
     return [{ type: out[0], data: o }];
   },
-  cost: (a, out) => elementwiseCost(a, out, 1),
 };
 
 export const REDUCE_OPS: readonly OpDef[] = [

@@ -20,7 +20,6 @@ const readState: OpDef = {
   params: [{ name: "input", state: true }],
   infer: (a) => [wrapped(a)],
   evaluate: (a, _out, ctx) => [ctx.readState(a.varName("input"))],
-  cost: (a) => ({ flops: 0, bytes: bytesOf(wrapped(a)) }),
 };
 
 const writeState: OpDef = {
@@ -38,7 +37,6 @@ const writeState: OpDef = {
     ctx.writeState(a.varName("input"), a.value("data"));
     return [];
   },
-  cost: (a) => ({ flops: 0, bytes: bytesOf(a.type("data")) }),
 };
 
 export const STATE_OPS: readonly OpDef[] = [readState, writeState];

@@ -15,7 +15,6 @@ import {
   axisArg,
   BOOL,
   bytesOf,
-  elementwiseCost,
   FP_I32_BOOL,
   GATHER_I,
   GATHER_T,
@@ -32,8 +31,6 @@ type Num = Float32Array | Int32Array | Uint8Array;
 function like(d: RtData, n: number): Num {
   return new (d.constructor as { new (n: number): Num })(n);
 }
-
-const moveCost = (a: OpArgs, out: readonly TensorType[]) => elementwiseCost(a, out, 0);
 
 // ---------------------------------------------------------------------------------------------
 // reshape, transpose, expand_dims, squeeze
@@ -84,7 +81,6 @@ const reshape: OpDef = {
   domains: { T: ANY17, U: IDX17 },
   infer: (a) => [tt(a.type("x").dtype, reshapeShape(a))],
   evaluate: (a, out) => [{ type: out[0], data: a.value("x").data }],
-  cost: (a, out) => ({ ...moveCost(a, out), bytes: 0 }),
 };
 
 function permArg(a: OpArgs, rank: number): number[] {
@@ -123,7 +119,6 @@ const transpose: OpDef = {
     const perm = permArg(a, x.type.shape.length);
     return [{ type: out[0], data: permute(x.data as Num, x.type.shape, perm) }];
   },
-  cost: moveCost,
 };
 
 const expandDims: OpDef = {
@@ -145,7 +140,6 @@ const expandDims: OpDef = {
     return [tt(x.dtype, shape)];
   },
   evaluate: (a, out) => [{ type: out[0], data: a.value("x").data }],
-  cost: (a, out) => ({ ...moveCost(a, out), bytes: 0 }),
 };
 
 const squeeze: OpDef = {
@@ -170,7 +164,6 @@ const squeeze: OpDef = {
     ];
   },
   evaluate: (a, out) => [{ type: out[0], data: a.value("x").data }],
-  cost: (a, out) => ({ ...moveCost(a, out), bytes: 0 }),
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -242,7 +235,6 @@ const concat: OpDef = {
     }
     return [{ type: t, data: o }];
   },
-  cost: moveCost,
 };
 
 function splitSizes(a: OpArgs): number[] {
@@ -303,7 +295,6 @@ const split: OpDef = {
       return { type: t, data: o };
     });
   },
-  cost: moveCost,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -488,7 +479,6 @@ const sliceByIndex: OpDef = {
     for (let i = 0; i < offs.length; i++) o[i] = src[offs[i]];
     return [{ type: out[0], data: o }];
   },
-  cost: moveCost,
 };
 
 const sliceUpdate: OpDef = {
@@ -536,7 +526,6 @@ const sliceUpdate: OpDef = {
     for (let i = 0; i < offs.length; i++) o[offs[i]] = ud[i];
     return [{ type: out[0], data: o }];
   },
-  cost: (a, out) => ({ flops: 0, bytes: elementwiseCost(a, out, 0).bytes }),
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -603,7 +592,6 @@ const gather: OpDef = {
     }
     return [{ type: out[0], data: o }];
   },
-  cost: (a, out) => ({ flops: 0, bytes: 2 * bytesOf(out[0]) + bytesOf(a.type("indices")) }),
 };
 
 const gatherAlongAxis: OpDef = {
@@ -646,7 +634,6 @@ const gatherAlongAxis: OpDef = {
         }
     return [{ type: out[0], data: o }];
   },
-  cost: moveCost,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -681,7 +668,6 @@ const fill: OpDef = {
     o.fill((a.value("value").data as Num)[0]);
     return [{ type: out[0], data: o }];
   },
-  cost: moveCost,
 };
 
 const topk: OpDef = {
@@ -755,10 +741,6 @@ const topk: OpDef = {
         ]
       : [{ type: out[0], data: vals }];
   },
-  cost: (a, out) => ({
-    ...moveCost(a, out),
-    flops: numelOf(a.type("x").shape) * Math.log2(Math.max(2, a.type("x").shape.at(-1) ?? 2)),
-  }),
 };
 
 const bandPart: OpDef = {
@@ -791,7 +773,6 @@ const bandPart: OpDef = {
         }
     return [{ type: out[0], data: o }];
   },
-  cost: moveCost,
 };
 
 const tile: OpDef = {
@@ -836,7 +817,6 @@ const tile: OpDef = {
     }
     return [{ type: out[0], data: o }];
   },
-  cost: moveCost,
 };
 
 export const TENSOR_OPS: readonly OpDef[] = [
