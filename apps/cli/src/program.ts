@@ -1,5 +1,6 @@
 import { AnemllError } from "@anemll-qwen35/ir";
 import { Command, CommanderError } from "commander";
+import { registerBench } from "./commands/bench.js";
 import { registerChat } from "./commands/chat.js";
 import { registerConvert } from "./commands/convert.js";
 import { registerCostplan } from "./commands/costplan.js";
@@ -36,6 +37,7 @@ export function buildProgram(streams: Streams): Command {
   registerCostplan(program, ctx);
   registerDoctor(program, ctx);
   registerDemo(program, ctx);
+  registerBench(program, ctx);
   registerServe(program, ctx);
   return program;
 }

@@ -36,6 +36,9 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
       return {
         newState: () => new InterpreterState(interp, interp.newState()),
         async predict(inputs: Record<string, Tensor>, state?: ComponentState) {
+          // The interpreter computes synchronously: give the event loop a turn first, so that a
+          // server or UI driving the chain keeps serving I/O (and sees aborts) during generation.
+          await new Promise<void>((resolve) => setImmediate(resolve));
           const st = state instanceof InterpreterState ? state.state : undefined;
           // fp32 outputs skip an fp16 bit-pattern round trip; fp16-typed inputs round them again
           return interp.run(inputs, { state: st, outputs: "fp32" }).outputs;

@@ -1,0 +1,74 @@
+/**
+ * What both endpoints settle before a request joins its model's queue: the prompt ids, sampling and
+ * limits. Everything a request can get wrong is found here, so it is refused (400) at once instead of
+ * after waiting its turn.
+ */
+import { Sampler, type SamplingOptions, UnsupportedSamplingError } from "@anemll-qwen35/generate";
+import { InvalidArgumentError } from "@anemll-qwen35/ir";
+import { ApiError, invalidParam } from "./errors.js";
+import type { ServedModel } from "./models.js";
+
+export interface GenerationPlan {
+  readonly promptIds: number[];
+  readonly sampling: SamplingOptions;
+  readonly maxTokens: number | undefined;
+  readonly stop: string[];
+  readonly stream: boolean;
+  readonly includeUsage: boolean;
+}
+
+/** The sampling fields OpenAI (and vLLM) requests carry. */
+export interface SamplingFields {
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  min_p?: number;
+  presence_penalty?: number;
+  frequency_penalty?: number;
+  repetition_penalty?: number;
+  seed?: number;
+}
+
+/** The request's sampling over the model's defaults; refuses what the model cannot sample. */
+export function planSampling(req: SamplingFields, served: ServedModel): SamplingOptions {
+  const s: SamplingOptions = { ...served.sampling };
+  if (req.temperature !== undefined) s.temperature = req.temperature;
+  if (req.top_p !== undefined) s.topP = req.top_p;
+  if (req.top_k !== undefined) s.topK = req.top_k === -1 ? 0 : req.top_k; // vLLM: -1 = off
+  if (req.min_p !== undefined) s.minP = req.min_p;
+  if (req.presence_penalty !== undefined) s.presencePenalty = req.presence_penalty;
+  if (req.frequency_penalty !== undefined) s.frequencyPenalty = req.frequency_penalty;
+  if (req.repetition_penalty !== undefined) s.repetitionPenalty = req.repetition_penalty;
+  if (req.seed !== undefined) s.seed = req.seed;
+  try {
+    const sampler = new Sampler(s);
+    if (served.model.outputKind === "top1") sampler.assertTop1Compatible();
+  } catch (err) {
+    if (err instanceof UnsupportedSamplingError) {
+      throw invalidParam(
+        "temperature",
+        `model "${served.name}" computes only the most likely token (an arg-max head), so it decodes ` +
+          "greedily: use temperature 0 and no penalties",
+        "unsupported_sampling",
+      );
+    }
+    if (err instanceof InvalidArgumentError) throw invalidParam(null, err.message);
+    throw err;
+  }
+  return s;
+}
+
+/** A prompt longer than the model's context is the client's to fix: 400, as OpenAI answers. */
+export function promptFits(promptTokens: number, served: ServedModel, param: string): void {
+  if (promptTokens === 0)
+    throw invalidParam(param, "the prompt is empty (Qwen3.5 has no BOS token to start from)");
+  const ctx = served.model.contextLength;
+  if (promptTokens > ctx) {
+    throw new ApiError(
+      400,
+      `This model's maximum context length is ${ctx} tokens, but the prompt is ${promptTokens} tokens. ` +
+        `Shorten the ${param}, or serve a model converted with a longer context.`,
+      { param, code: "context_length_exceeded" },
+    );
+  }
+}

@@ -1,0 +1,98 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { convert } from "@anemll-qwen35/converter";
+import {
+  ContextOverflowError,
+  type StepModel,
+  type StepOptions,
+  type StepOutput,
+  type Tokenizer,
+} from "@anemll-qwen35/generate";
+
+/** The tiny random-weight Qwen3.5 checkpoint (1,000-id Qwen3.5-format tokenizer, ChatML template). */
+export const FIXTURE = resolve(import.meta.dirname, "../../../fixtures/tiny-tied");
+
+/** Converts the fixture into a temporary chain folder (ctx 128, one super-block per package: ~2 s). */
+export async function convertTiny(): Promise<string> {
+  const out = join(mkdtempSync(join(tmpdir(), "server-test-")), "tiny");
+  await convert({ model: FIXTURE, out, ctx: 128, fuse: 1 });
+  return out;
+}
+
+export interface ScriptedModelOptions {
+  contextLength?: number;
+  /** Milliseconds each prefill/decode step waits (to let an abort or a queue build up). */
+  stepDelayMs?: number;
+  /** Throw a runtime failure at this decode step (1 = the first decode). */
+  failAtDecode?: number;
+}
+
+/**
+ * A test double of a runtime for server tests that need a model to say something specific (a tool
+ * call, thinking, a long answer): at prefill it asks `reply(promptText)` what to say and then
+ * "predicts" those tokens one per step, by returning logits peaked at the next one. When the reply
+ * runs out it predicts EOS. It records what it was fed.
+ */
+export class ScriptedModel implements StepModel {
+  readonly contextLength: number;
+  readonly outputKind = "logits" as const;
+  position = 0;
+  /** Prompt texts seen, in order. */
+  readonly prompts: string[] = [];
+  decodeSteps = 0;
+  resets = 0;
+  disposed = false;
+  private script: number[] = [];
+  private step = 0;
+
+  constructor(
+    private readonly tokenizer: Tokenizer,
+    private readonly reply: (prompt: string) => string,
+    private readonly opts: ScriptedModelOptions = {},
+  ) {
+    this.contextLength = opts.contextLength ?? 4096;
+  }
+
+  reset(): void {
+    this.position = 0;
+    this.step = 0;
+    this.resets++;
+  }
+
+  async prefill(ids: Int32Array | number[], opts?: StepOptions): Promise<StepOutput> {
+    await this.wait(opts);
+    if (this.position + ids.length > this.contextLength) {
+      throw new ContextOverflowError(this.position + ids.length, this.contextLength);
+    }
+    const prompt = this.tokenizer.decode(Array.from(ids));
+    this.prompts.push(prompt);
+    this.script = [...this.tokenizer.encode(this.reply(prompt)), this.tokenizer.eosTokenIds[0]];
+    this.position += ids.length;
+    return this.output();
+  }
+
+  async decode(_id: number, opts?: StepOptions): Promise<StepOutput> {
+    await this.wait(opts);
+    this.decodeSteps++;
+    if (this.decodeSteps === this.opts.failAtDecode) throw new Error("scripted device failure");
+    this.position++;
+    return this.output();
+  }
+
+  dispose(): void {
+    this.disposed = true;
+  }
+
+  private async wait(opts?: StepOptions): Promise<void> {
+    if (this.opts.stepDelayMs) await new Promise((r) => setTimeout(r, this.opts.stepDelayMs));
+    opts?.signal?.throwIfAborted();
+  }
+
+  private output(): StepOutput {
+    const id = this.script[Math.min(this.step++, this.script.length - 1)];
+    const logits = new Float32Array(this.tokenizer.vocabSize).fill(-5);
+    logits[id] = 10;
+    return { logits };
+  }
+}
