@@ -4,8 +4,9 @@
  * one for the whole tensor. The result feeds iOS18 `constexpr_lut_to_dense`: `indices` with the
  * weight's shape and a `lut` of shape [groups, 1, …, 2^bits, 1].
  *
- * The 1-D k-means is Lloyd's algorithm on the sorted values of a group with prefix sums, so one
- * iteration costs O(K log n) instead of O(n K); initialisation at quantiles. Deterministic (no
+ * The 1-D k-means is exact when it is cheap — dynamic programming over a group's distinct values
+ * (fp16 weights have few: typically a few thousand per group) — and otherwise Lloyd's algorithm on
+ * the sorted values with prefix sums (O(K log n) per iteration) from two starts. Deterministic (no
  * randomness at all). Large tensors are split across worker threads by group.
  */
 import { availableParallelism } from "node:os";
@@ -21,7 +22,7 @@ export interface PalettizeOptions {
   perTensor?: boolean;
   /** Worker threads for large tensors (default: available parallelism). 1 = main thread only. */
   workers?: number;
-  /** Max Lloyd iterations per group (default 40). */
+  /** Max Lloyd iterations per start (default 300; most groups converge far sooner). */
   maxIterations?: number;
 }
 
@@ -111,33 +112,136 @@ function kmeansGroups(
     }
     return lo;
   };
-  for (let g = firstGroup; g < endGroup; g++) {
-    const base = g * groupLen;
-    sorted.set(values.subarray(base, base + groupLen));
-    sorted.sort();
-    for (let i = 0; i < groupLen; i++) prefix[i + 1] = prefix[i] + sorted[i];
-    // quantile initialisation
-    for (let j = 0; j < k; j++)
-      centroids[j] = sorted[Math.min(groupLen - 1, Math.floor(((j + 0.5) * groupLen) / k))];
+  const prefix2 = new Float64Array(groupLen + 1);
+  const trial = new Float64Array(k);
+  // Lloyd's iterations from the centroids in `c` (sorted in, sorted out); returns the SSE.
+  const lloyd = (c: Float64Array): number => {
     for (let it = 0; it < maxIterations; it++) {
       bounds[0] = 0;
       bounds[k] = groupLen;
-      for (let j = 0; j < k - 1; j++) bounds[j + 1] = upper((centroids[j] + centroids[j + 1]) / 2);
+      for (let j = 0; j < k - 1; j++) bounds[j + 1] = upper((c[j] + c[j + 1]) / 2);
       let changed = false;
       for (let j = 0; j < k; j++) {
         const lo = bounds[j];
         const hi = Math.max(lo, bounds[j + 1]);
         if (hi > lo) {
-          const c = (prefix[hi] - prefix[lo]) / (hi - lo);
-          if (c !== centroids[j]) {
-            centroids[j] = c;
+          const v = (prefix[hi] - prefix[lo]) / (hi - lo);
+          if (v !== c[j]) {
+            c[j] = v;
             changed = true;
           }
         }
       }
       // keep centroids sorted (an empty cluster keeps its old value, which may be out of order)
-      for (let j = 1; j < k; j++) if (centroids[j] < centroids[j - 1]) centroids[j] = centroids[j - 1];
+      for (let j = 1; j < k; j++) if (c[j] < c[j - 1]) c[j] = c[j - 1];
       if (!changed) break;
+    }
+    let sse = 0;
+    for (let j = 0; j < k; j++) {
+      const lo = bounds[j];
+      const hi = bounds[j + 1];
+      if (hi > lo) {
+        const sum = prefix[hi] - prefix[lo];
+        sse += prefix2[hi] - prefix2[lo] - (sum * sum) / (hi - lo);
+      }
+    }
+    return sse;
+  };
+  // distinct values of a group with counts, sums and sums of squares (prefix arrays)
+  const uniq = new Float64Array(groupLen);
+  const cum = new Float64Array(groupLen + 1);
+  const u1 = new Float64Array(groupLen + 1);
+  const u2 = new Float64Array(groupLen + 1);
+  const DP_BUDGET = 2_000_000;
+  let prev = new Float64Array(0);
+  let cur = new Float64Array(0);
+  let arg = new Int32Array(0);
+  // SSE of distinct values [i, j) as one cluster
+  const cost = (i: number, j: number): number => {
+    const c = cum[j] - cum[i];
+    const sum = u1[j] - u1[i];
+    return u2[j] - u2[i] - (sum * sum) / c;
+  };
+  // Optimal 1-D k-means over the d distinct values (divide-and-conquer DP, O(k·d·log d)), whose
+  // cluster means become the centroids.
+  const exactKmeans = (dCount: number): void => {
+    if (prev.length < dCount + 1) {
+      prev = new Float64Array(dCount + 1);
+      cur = new Float64Array(dCount + 1);
+    }
+    if (arg.length < k * (dCount + 1)) arg = new Int32Array(k * (dCount + 1));
+    for (let j = 1; j <= dCount; j++) {
+      prev[j] = cost(0, j);
+      arg[j] = 0;
+    }
+    const solve = (c: number, lo: number, hi: number, optLo: number, optHi: number): void => {
+      if (lo > hi) return;
+      const mid = (lo + hi) >>> 1;
+      let best = Number.POSITIVE_INFINITY;
+      let at = optLo;
+      const end = Math.min(mid - 1, optHi);
+      for (let i = optLo; i <= end; i++) {
+        const v = prev[i] + cost(i, mid);
+        if (v < best) {
+          best = v;
+          at = i;
+        }
+      }
+      cur[mid] = best;
+      arg[c * (dCount + 1) + mid] = at;
+      solve(c, lo, mid - 1, optLo, at);
+      solve(c, mid + 1, hi, at, optHi);
+    };
+    for (let c = 1; c < k; c++) {
+      solve(c, c + 1, dCount, c, dCount - 1);
+      const t = prev;
+      prev = cur;
+      cur = t;
+    }
+    // walk the split points back from the end: cluster c covers distinct values [start, end)
+    let end = dCount;
+    for (let c = k - 1; c >= 0; c--) {
+      const start = c === 0 ? 0 : arg[c * (dCount + 1) + end];
+      centroids[c] = (u1[end] - u1[start]) / (cum[end] - cum[start]);
+      end = start;
+    }
+  };
+  for (let g = firstGroup; g < endGroup; g++) {
+    const base = g * groupLen;
+    sorted.set(values.subarray(base, base + groupLen));
+    sorted.sort();
+    for (let i = 0; i < groupLen; i++) {
+      prefix[i + 1] = prefix[i] + sorted[i];
+      prefix2[i + 1] = prefix2[i] + sorted[i] * sorted[i];
+    }
+    // Weights are fp16 values, so a group holds few distinct values (typically a few thousand):
+    // for LUT2/LUT4 the exact optimum is then affordable by dynamic programming over them; for
+    // larger LUTs (and unusual groups) Lloyd's iterations from two starts (quantiles, even
+    // spacing), keeping the better.
+    let d = 0;
+    for (let i = 0; i < groupLen; i++) {
+      if (d === 0 || sorted[i] !== uniq[d - 1]) {
+        uniq[d] = sorted[i];
+        cum[d + 1] = cum[d];
+        u1[d + 1] = u1[d];
+        u2[d + 1] = u2[d];
+        d++;
+      }
+      cum[d] += 1;
+      u1[d] += sorted[i];
+      u2[d] += sorted[i] * sorted[i];
+    }
+    if (d <= k) {
+      for (let j = 0; j < k; j++) centroids[j] = uniq[Math.min(j, d - 1)];
+    } else if (k <= 16 && k * d * Math.ceil(Math.log2(d)) <= DP_BUDGET) {
+      exactKmeans(d);
+    } else {
+      for (let j = 0; j < k; j++)
+        centroids[j] = sorted[Math.min(groupLen - 1, Math.floor(((j + 0.5) * groupLen) / k))];
+      const lo = sorted[0];
+      const span = sorted[groupLen - 1] - lo;
+      for (let j = 0; j < k; j++) trial[j] = lo + (span * (j + 0.5)) / k;
+      if (lloyd(trial) < lloyd(centroids)) centroids.set(trial);
     }
     // LUT in fp16; assignment against the rounded values so reconstruction matches what runs
     const lutBase = g * k;
@@ -201,7 +305,7 @@ export async function palettize(
   const k = 2 ** bits;
   const groups = dout / groupSize;
   const groupLen = groupSize * perRow;
-  const maxIterations = options.maxIterations ?? 40;
+  const maxIterations = options.maxIterations ?? 300;
   const workers = Math.max(1, Math.min(options.workers ?? availableParallelism(), groups));
 
   let indices: Uint8Array;

@@ -41,7 +41,7 @@ function optimalSse(values: Float32Array, k: number): number {
 }
 
 describe("palettize", () => {
-  it("is close to the optimal 1-D k-means on each group", async () => {
+  it("finds the optimal 1-D k-means of each group (up to the fp16 rounding of the LUT)", async () => {
     const w = gaussian(8 * 24, 7);
     const p = await palettize(w, [8, 24], { bits: 2, groupSize: 4, workers: 1 });
     expect(p.lutShape).toEqual([2, 1, 4, 1]);
@@ -50,7 +50,7 @@ describe("palettize", () => {
       const slice = (a: Float32Array) => a.subarray(g * 96, (g + 1) * 96);
       const err = reconstructionError(slice(w), slice(approx));
       const best = optimalSse(slice(w), 4) / 96;
-      expect(err.mse).toBeLessThanOrEqual(best * 1.05 + 1e-9);
+      expect(err.mse).toBeLessThanOrEqual(best * 1.001 + 1e-12);
     }
   });
 
