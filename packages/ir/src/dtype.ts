@@ -119,7 +119,11 @@ export function bitsToF32(bits: number): number {
 
 /** fp32 value -> fp16 bit pattern, round-to-nearest-even. */
 export function f32ToF16Bits(x: number): number {
-  const bits = f32Bits(x);
+  return f32BitsToF16Bits(f32Bits(x));
+}
+
+/** fp32 bit pattern -> fp16 bit pattern, round-to-nearest-even (integer ops only). */
+function f32BitsToF16Bits(bits: number): number {
   const sign = (bits >>> 16) & 0x8000;
   const exp = (bits >>> 23) & 0xff;
   const mant = bits & 0x7fffff;
@@ -223,7 +227,8 @@ export function fromFloat32<D extends DType>(dtype: D, src: Float32Array): Stora
       break;
     case "f16": {
       const o = out as Uint16Array;
-      for (let i = 0; i < n; i++) o[i] = f32ToF16Bits(src[i]);
+      const bits = new Uint32Array(src.buffer, src.byteOffset, n);
+      for (let i = 0; i < n; i++) o[i] = f32BitsToF16Bits(bits[i]);
       break;
     }
     case "bf16": {

@@ -8,7 +8,7 @@
 import {
   AnemllError,
   f16BitsToF32,
-  f32ToF16Bits,
+  fromFloat32,
   type MilBuilder,
   type MilDType,
   type MilVar,
@@ -253,13 +253,9 @@ export class GraphWeights {
           out.set(values, first * cols);
           return;
         }
-        const stored = new Float32Array(values.length);
-        for (let i = 0; i < values.length; i++) {
-          const h = f32ToF16Bits(values[i]);
-          out[first * cols + i] = h;
-          stored[i] = f16BitsToF32(h);
-        }
-        err.add(values, stored);
+        const bits = fromFloat32("f16", values); // bulk, integer-only conversions
+        out.set(bits, first * cols);
+        err.add(values, toFloat32("f16", bits));
       });
       v = this.b.const(out, dtype, shape, { name });
       encoding = dtype;
