@@ -315,14 +315,18 @@ function pct(pred: number, meas: number): string {
 async function main(): Promise<void> {
   const t0 = performance.now();
   console.log("costplan calibration — Mac mini M4 Pro measurements vs the static model");
+  const realFlags = ["unfused", "fused-all", "one-sb", "two-sb"].filter((f) => real(f));
   console.log(
-    "programs: SHAPE-ACCURATE STAND-INS built with MilBuilder (bench/qwen35-standin.ts), not converter output\n",
+    realFlags.length
+      ? `programs: the converter's output for --${realFlags.join(", --")}; shape-accurate stand-ins (bench/qwen35-standin.ts) for the rest\n`
+      : "programs: SHAPE-ACCURATE STAND-INS built with MilBuilder (bench/qwen35-standin.ts), not converter output\n",
   );
   for (const s of SCENARIOS) {
     const t = performance.now();
     const target = s.build();
     s.report = await costplan(target, { chip: "m4-pro", calibration: "none", native: "off" });
-    console.log(`  built + analysed ${s.id} in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+    const from = typeof target === "string" ? ` (${target})` : "";
+    console.log(`  built + analysed ${s.id} in ${((performance.now() - t) / 1000).toFixed(1)} s${from}`);
   }
   const evals = new Map(SCENARIOS.map((s) => [s.id, evaluator(s, s.report as CostReport)]));
   const fitted = SCENARIOS.filter((s) => s.fit);

@@ -122,5 +122,6 @@ void RegisterOps(Napi::Env env, Napi::Object exports);
 void RegisterFused(Napi::Env env, Napi::Object exports);
 void RegisterIo(Napi::Env env, Napi::Object exports);
 void RegisterRuntime(Napi::Env env, Napi::Object exports);
+void RegisterCpuKernels(Napi::Env env, Napi::Object exports);
 
 }  // namespace rmlx

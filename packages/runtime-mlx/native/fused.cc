@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common.h"
+#include "cpu_kernels.h"
 
 namespace rmlx {
 
@@ -132,6 +133,14 @@ Napi::Value GatedDeltaPrefill(const Napi::CallbackInfo& info) {
   if (mask && !HasShape(*mask, {B, T})) BadShape(op, "mask", Dims({B, T}), *mask);
   mx::array state = initial ? *initial : mx::zeros({B, Hv, Dv, Dk}, mx::float32);
   if (!HasShape(state, {B, Hv, Dv, Dk})) BadShape(op, "state", Dims({B, Hv, Dv, Dk}), state);
+  if (T > 0 && mx::default_stream(mx::default_device()).device == mx::Device::gpu) {
+    // On Metal, MLX's own fused kernel (same contract; the Metal counterpart of mlx-lm's kernel).
+    return WrapList(info.Env(), mx::fast::gated_delta_update(q, k, v, g, beta, state, mask));
+  }
+  if (T > 0 && !mask) {
+    // One CPU node for the whole sequence when it applies (cpu_kernels.cc); same semantics.
+    if (auto fast = FastGatedDelta(q, k, v, g, beta, state)) return WrapList(info.Env(), *fast);
+  }
   if (Hv > Hk) {
     // GQA: value head j reads key head j / (Hv / Hk) (consecutive repeat, as mlx-lm's mx.repeat).
     q = mx::repeat(q, Hv / Hk, 2);
@@ -142,9 +151,16 @@ Napi::Value GatedDeltaPrefill(const Napi::CallbackInfo& info) {
   std::vector<mx::array> ys;
   ys.reserve(T);
   for (int t = 0; t < T; ++t) {
-    std::vector<mx::array> in = {mx::take(q, t, 1), mx::take(k, t, 1),    mx::take(v, t, 1),
-                                 mx::take(g, t, 1), mx::take(beta, t, 1), state};
-    if (mask) in.push_back(mx::take(*mask, t, 1));
+    // a[:, t] as a view (slice + squeeze), not a gather
+    auto at = [t](const mx::array& a) {
+      mx::Shape start(a.ndim(), 0);
+      mx::Shape stop(a.shape().begin(), a.shape().end());
+      start[1] = t;
+      stop[1] = t + 1;
+      return mx::squeeze(mx::slice(a, start, stop), 1);
+    };
+    std::vector<mx::array> in = {at(q), at(k), at(v), at(g), at(beta), state};
+    if (mask) in.push_back(at(*mask));
     std::vector<mx::array> out = step(in);
     ys.push_back(std::move(out[0]));
     state = std::move(out[1]);

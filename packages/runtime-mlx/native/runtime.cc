@@ -35,16 +35,30 @@ class WaitWorker : public Napi::AsyncWorker {
   }
 
   void OnOK() override {
+    // A failure inside MLX's stream can leave wait() returning normally, with the error kept for the
+    // next eval of those arrays (as Python's async_eval + item() sees it). The arrays are computed by
+    // now, so this eval does not block; it only surfaces such an error.
+    try {
+      mx::eval(arrays_);
+    } catch (const std::exception& e) {
+      arrays_.clear();
+      Reject(e.what());
+      return;
+    }
     arrays_.clear();  // release the handles on the JS thread
     deferred_.Resolve(Env().Undefined());
   }
 
   void OnError(const Napi::Error& error) override {
     arrays_.clear();
+    Reject(error.Message());
+  }
+
+  void Reject(const std::string& message) {
     Napi::Env env = Env();
     Napi::FunctionReference& ctor = Data(env).mlxErrorCtor;
-    Napi::Value reason = ctor.IsEmpty() ? error.Value() : ctor.New({Napi::String::New(env, error.Message())});
-    deferred_.Reject(reason);
+    Napi::String text = Napi::String::New(env, message);
+    deferred_.Reject(ctor.IsEmpty() ? Napi::Error::New(env, message).Value() : ctor.New({text}));
   }
 
  private:

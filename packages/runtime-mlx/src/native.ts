@@ -208,6 +208,21 @@ export interface NativeBinding {
   swiglu(gate: A, x: A): A;
   computeG(aLog: A, a: A, dtBias: A): A;
 
+  linear(x: A, w: A): A;
+  quantizedLinear(x: A, wq: A, scales: A, biases: A, bits: number, groupSize: number): A;
+  gatherLinear(
+    x: A,
+    w: A,
+    scales: Opt<A>,
+    biases: Opt<A>,
+    indices: A,
+    bits: number,
+    groupSize: number,
+    rowsPerX: number,
+  ): A;
+  cpuKernelThreads(): number;
+  setCpuKernelsEnabled(enabled: boolean): boolean;
+
   loadSafetensors(path: string): { arrays: Record<string, A>; metadata: Record<string, string> };
   saveSafetensors(path: string, arrays: Record<string, A>, metadata?: Record<string, string>): void;
 

@@ -1,0 +1,100 @@
+/**
+ * The Qwen3.5 text model forward (qwen35-architecture.md §2.1):
+ *   h = embed(ids)
+ *   per layer: h += mixer(norm1(h)) (Gated DeltaNet, or gated attention every 4th layer)
+ *              h += ffn(norm2(h))  (SwiGLU, or sparse MoE)
+ *   logits = lm_head(norm(h))      (lm_head = the embedding when tied)
+ * Every RMSNorm weight here already holds 1 + w (baked in at load, as mlx-lm's sanitize does).
+ */
+import type { Qwen35Config } from "@anemll-qwen35/ir";
+import * as mx from "../mlx.js";
+import type { MxArray } from "../native.js";
+import { type AttentionWeights, attention } from "./attention.js";
+import type { GdnState, KvCache } from "./cache.js";
+import { type GdnWeights, gatedDeltaNet } from "./gdn.js";
+import { embed, linear, type Weight } from "./linear.js";
+import { type MlpWeights, mlp } from "./mlp.js";
+import { type MoeWeights, sparseMoe } from "./moe.js";
+
+export type Mixer =
+  | { readonly kind: "gdn"; readonly w: GdnWeights }
+  | { readonly kind: "attention"; readonly w: AttentionWeights };
+export type Ffn =
+  | { readonly kind: "mlp"; readonly w: MlpWeights }
+  | { readonly kind: "moe"; readonly w: MoeWeights };
+
+export interface LayerWeights {
+  /** [D], 1 + w */
+  readonly inputNorm: MxArray;
+  /** [D], 1 + w */
+  readonly postNorm: MxArray;
+  readonly mixer: Mixer;
+  readonly ffn: Ffn;
+}
+
+export interface Qwen35Weights {
+  readonly embed: Weight;
+  readonly layers: readonly LayerWeights[];
+  /** [D], 1 + w */
+  readonly norm: MxArray;
+  /** The embedding itself when tied. */
+  readonly lmHead: Weight;
+  readonly tied: boolean;
+}
+
+/** Per layer: a KV cache (attention layers) or the GDN state carried from the previous call. */
+export interface ForwardState {
+  readonly kv: readonly (KvCache | undefined)[];
+  readonly gdn: readonly (GdnState | undefined)[];
+}
+
+export interface ForwardOptions {
+  /** Which logits to compute: none (a prefill chunk), the last position only, or every position. */
+  readonly logits: "none" | "last" | "all";
+  /** Receives the hidden states like HF's output_hidden_states: embedding output, after each layer but the last, after the final norm. */
+  readonly hidden?: MxArray[];
+}
+
+export interface ForwardResult {
+  /** [1, 1, V] (last), [1, T, V] (all) or undefined (none); in the activation dtype. */
+  readonly logits: MxArray | undefined;
+  /** The GDN layers' new state (undefined for attention layers). The KV caches are updated in place. */
+  readonly gdn: (GdnState | undefined)[];
+}
+
+/** Runs ids [1, T] through the model (lazily: nothing is computed until evaluated). */
+export function forward(
+  cfg: Qwen35Config,
+  w: Qwen35Weights,
+  ids: MxArray,
+  state: ForwardState,
+  options: ForwardOptions,
+): ForwardResult {
+  let h = embed(w.embed, ids); // [1, T, D]
+  options.hidden?.push(h);
+  const gdn: (GdnState | undefined)[] = [];
+  w.layers.forEach((layer, i) => {
+    const x = mx.rmsNorm(h, layer.inputNorm, cfg.rmsNormEps);
+    let mixed: MxArray;
+    if (layer.mixer.kind === "gdn") {
+      const r = gatedDeltaNet(cfg, layer.mixer.w, x, state.gdn[i]);
+      mixed = r.out;
+      gdn.push(r.state);
+    } else {
+      mixed = attention(cfg, layer.mixer.w, x, state.kv[i]!);
+      gdn.push(undefined);
+    }
+    h = mx.add(h, mixed);
+    const y = mx.rmsNorm(h, layer.postNorm, cfg.rmsNormEps);
+    h = mx.add(h, layer.ffn.kind === "mlp" ? mlp(layer.ffn.w, y) : sparseMoe(cfg, layer.ffn.w, y));
+    if (i < w.layers.length - 1) options.hidden?.push(h);
+  });
+  if (options.logits === "none") return { logits: undefined, gdn };
+  if (options.logits === "last" && h.shape[1] > 1) {
+    const T = h.shape[1];
+    h = mx.slice(h, [0, T - 1], [1, T]);
+  }
+  const normed = mx.rmsNorm(h, w.norm, cfg.rmsNormEps);
+  options.hidden?.push(normed);
+  return { logits: linear(w.lmHead, normed), gdn };
+}
