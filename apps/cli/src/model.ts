@@ -1,13 +1,16 @@
-/** Opening a model for run/chat/verify/serve: a converted chain (reference or Core ML backend). */
+/**
+ * Opening a model for run/chat: a converted chain (coreml or reference backend) or a Qwen3.5
+ * checkpoint (mlx backend) — the same opening the server uses.
+ */
 import type { StepModel, Tokenizer } from "@anemll-qwen35/generate";
-import { type ComputeUnits, openChain } from "@anemll-qwen35/runtime-ane";
+import type { ComputeUnits } from "@anemll-qwen35/runtime-ane";
+import { type BackendName, openModelPath } from "@anemll-qwen35/server";
 import type { Command } from "commander";
 import { choice } from "./options.js";
 
-export type BackendChoice = "reference" | "coreml";
-
 export interface ModelOptions {
-  backend: BackendChoice;
+  /** Default: mlx for a checkpoint; for a converted chain coreml on macOS, reference elsewhere. */
+  backend?: BackendName;
   precision: "fp32" | "fp16";
   computeUnits: ComputeUnits;
   contextOverflow: "error" | "slide";
@@ -17,9 +20,8 @@ export function addModelOptions(cmd: Command): Command {
   return cmd
     .option(
       "--backend <name>",
-      "coreml (Core ML on the ANE, macOS 15+) or reference (MIL interpreter, any OS)",
-      choice("--backend", ["reference", "coreml"] as const),
-      process.platform === "darwin" ? "coreml" : "reference",
+      "coreml (Core ML on the ANE, macOS 15+), reference (MIL interpreter, any OS) or mlx (a Hugging Face checkpoint on MLX); default: from the folder",
+      choice("--backend", ["reference", "coreml", "mlx"] as const),
     )
     .option(
       "--precision <p>",
@@ -42,11 +44,16 @@ export function addModelOptions(cmd: Command): Command {
 }
 
 export async function openModel(
-  dir: string,
+  path: string,
   o: ModelOptions,
   notice: (s: string) => void,
-): Promise<{ model: StepModel & { dispose(): void }; tokenizer: Tokenizer; describe: string }> {
-  const { model, tokenizer } = await openChain(dir, {
+): Promise<{
+  model: StepModel & { dispose(): void | Promise<void> };
+  tokenizer: Tokenizer;
+  describe: string;
+}> {
+  const opened = await openModelPath({
+    path,
     backend: o.backend,
     precision: o.precision,
     computeUnits: o.computeUnits,
@@ -56,7 +63,5 @@ export async function openModel(
         notice(`compiling ${e.component} for Core ML (the first ANE compile can take minutes)…`);
     },
   });
-  const describe =
-    o.backend === "reference" ? `reference backend (${o.precision})` : `Core ML (${o.computeUnits})`;
-  return { model, tokenizer, describe };
+  return { model: opened.model, tokenizer: opened.tokenizer, describe: opened.backend };
 }

@@ -130,3 +130,20 @@ describe("demo", () => {
     expect(doc.stats.decodeTokensPerSecond).toBeGreaterThan(0);
   });
 });
+
+describe("run --backend mlx", () => {
+  it("runs a Hugging Face checkpoint on MLX through the same generate loop", async (ctx) => {
+    const { mlxAvailable } = await import("@anemll-qwen35/runtime-mlx");
+    const mlx = mlxAvailable();
+    if (!mlx.available) {
+      if (process.env.CI) throw new Error(`MLX is required in CI: ${mlx.reason}`);
+      ctx.skip(`MLX unavailable: ${mlx.reason}`);
+      return;
+    }
+    const r = await cli("--json", "run", FIXTURE, "Hi!", "--max-tokens", "4");
+    expect(r.code, r.stderr).toBe(0);
+    const doc = JSON.parse(r.stdout);
+    expect(doc.backend).toMatch(/^mlx/);
+    expect(doc.stats.generatedTokens).toBe(4);
+  }, 120_000);
+});

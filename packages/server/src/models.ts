@@ -44,6 +44,8 @@ export interface PathModelSource {
   computeUnits?: ComputeUnits;
   /** mlx backend: most tokens per request (default: the config's max_position_embeddings). */
   contextLength?: number;
+  /** Chains: "error" (default) when the context is full, or "slide" the window. */
+  contextOverflow?: "error" | "slide";
   /** Overrides the defaults read from the folder's generation_config.json. */
   sampling?: SamplingOptions;
   queue?: number;
@@ -113,7 +115,7 @@ async function openModel(source: ModelSource, defaultQueue: number): Promise<Ser
   }
 
   const name = source.name ?? defaultName(source.path);
-  const opened = await openPath(source);
+  const opened = await openModelPath(source);
   const sampling = { ...(await generationDefaults(opened.dir)), ...source.sampling };
   return {
     name,
@@ -147,15 +149,18 @@ export function detectBackend(path: string): BackendName {
   );
 }
 
-interface Opened {
+/** A model opened from a path: what the server serves, and what the CLI's run/chat use. */
+export interface OpenedModel {
   model: StepModel;
   tokenizer: Tokenizer;
+  /** e.g. "reference (fp32)", "coreml (cpuAndNeuralEngine)", "mlx (float32)". */
   backend: string;
   /** The local folder (for generation_config.json). */
   dir: string;
 }
 
-async function openPath(s: PathModelSource): Promise<Opened> {
+/** Opens a converted chain (runtime-ane) or a Qwen3.5 checkpoint (runtime-mlx), per `backend`. */
+export async function openModelPath(s: PathModelSource): Promise<OpenedModel> {
   const backend = s.backend ?? detectBackend(s.path);
   if (backend === "mlx") return openMlx(s);
   if (!existsSync(join(s.path, "model.json"))) {
@@ -169,7 +174,7 @@ async function openPath(s: PathModelSource): Promise<Opened> {
     backend,
     precision: s.precision,
     computeUnits: s.computeUnits,
-    contextOverflow: "error",
+    contextOverflow: s.contextOverflow ?? "error",
     onCompile: s.onCompile,
   });
   const describe =
@@ -180,7 +185,7 @@ async function openPath(s: PathModelSource): Promise<Opened> {
 }
 
 /** MLX is optional at run time: it is imported only when a model asks for it. */
-async function openMlx(s: PathModelSource): Promise<Opened> {
+async function openMlx(s: PathModelSource): Promise<OpenedModel> {
   let mlx: typeof import("@anemll-qwen35/runtime-mlx");
   try {
     mlx = await import("@anemll-qwen35/runtime-mlx");

@@ -78,7 +78,7 @@ export function registerChat(program: Command, ctx: Context): void {
       }
     } finally {
       rl.close();
-      model.dispose();
+      await model.dispose();
     }
   });
 }

@@ -87,7 +87,7 @@ export function registerDemo(program: Command, ctx: Context): void {
             folder: o.keep ? dir : undefined,
           });
         } finally {
-          m.dispose();
+          await m.dispose();
         }
       } finally {
         if (!o.keep) rmSync(work, { recursive: true, force: true });

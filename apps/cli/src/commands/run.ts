@@ -52,7 +52,7 @@ export function registerRun(program: Command, ctx: Context): void {
       if (!out.json) out.notice(`${statsLine(r.stats, r.finishReason)} · ${describe}`);
     } finally {
       process.removeListener("SIGINT", onSigint);
-      model.dispose();
+      await model.dispose();
     }
   });
 }
