@@ -80,7 +80,7 @@ describe("convert → run → verify → inspect", () => {
     const empty = mkdtempSync(join(work, "empty-"));
     let r = await cli("run", empty, "Hi!", "--backend", "reference");
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/model\.json: not found/);
+    expect(r.stderr).toMatch(/there is no model\.json here/);
 
     writeFileSync(join(empty, "model.json"), "{");
     r = await cli("inspect", empty);

@@ -145,7 +145,7 @@ export function detectBackend(path: string): BackendName {
   if (!existsSync(path)) throw new ModelLoadError(path, "no such folder");
   throw new ModelLoadError(
     path,
-    "neither a converted chain (model.json) nor a Qwen3.5 checkpoint (config.json) — nothing to serve",
+    "neither a converted chain (model.json) nor a Qwen3.5 checkpoint (config.json)",
   );
 }
 
@@ -166,8 +166,8 @@ export async function openModelPath(s: PathModelSource): Promise<OpenedModel> {
   if (!existsSync(join(s.path, "model.json"))) {
     throw new ModelLoadError(
       s.path,
-      `the ${backend} backend runs a converted chain (a folder with model.json, written by \`convert\`); ` +
-        "serve a Hugging Face checkpoint with --backend mlx",
+      `the ${backend} backend runs a converted chain (a folder with model.json, written by \`convert\`), ` +
+        "and there is no model.json here; a Hugging Face checkpoint runs with --backend mlx",
     );
   }
   const { model, tokenizer } = await openChain(s.path, {
