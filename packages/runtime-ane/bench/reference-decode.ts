@@ -11,7 +11,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { convert } from "@anemll-qwen35/converter";
 import { writeSyntheticCheckpoint } from "@anemll-qwen35/ir";
-import { openChain } from "../src/index.js";
+import { ChainRunner, referenceBackend } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const arg = (name: string, dflt: string) => {
@@ -34,7 +34,8 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 async function measure(dir: string, precision: "fp32" | "fp16") {
   const loadStart = performance.now();
-  const { model } = await openChain(dir, { backend: "reference", precision });
+  // the chain alone: the synthetic checkpoint has no tokenizer, and token ids are all we feed
+  const model = await ChainRunner.load(dir, { backend: referenceBackend({ precision }) });
   const loadMs = performance.now() - loadStart;
   const firstStart = performance.now();
   await model.prefill([1, 2, 3, 4]);
