@@ -1,0 +1,155 @@
+/**
+ * runScenario(): one scenario at one scale → a validated result document, its JSON file and its
+ * charts (SVG + PNG + the Vega-Lite spec), all in one folder.
+ */
+import { mkdir } from "node:fs/promises";
+import { loadavg } from "node:os";
+import { dirname, resolve } from "node:path";
+import type { AneBackendChoice } from "./backends.js";
+import { writeChart } from "./charts.js";
+import { BenchOptionError } from "./errors.js";
+import { describeMachine } from "./machine.js";
+import { defaultResultsDir, readResult, resultStem, validateResult, writeResult } from "./results.js";
+import { scaleParams } from "./scale.js";
+import { scenarios } from "./scenarios/index.js";
+import {
+  type BenchResult,
+  RESULT_FORMAT,
+  RESULT_FORMAT_VERSION,
+  SCALES,
+  SCENARIOS,
+  type Scale,
+  type ScenarioName,
+} from "./schema.js";
+
+export interface RunScenarioOptions {
+  /** Default "smoke". */
+  scale?: Scale;
+  /** Output folder (default packages/bench/results in the repository). */
+  out?: string;
+  /** A checkpoint folder or hf: reference replacing the scale's model. */
+  model?: string;
+  /** Decode steps replacing the scale's. */
+  tokens?: number;
+  /** ANE backend (default "auto": Core ML where available, else the reference interpreter). */
+  ane?: AneBackendChoice;
+  /** Leave the MLX side out. */
+  noMlx?: boolean;
+  /** Skip the charts (JSON only). */
+  noCharts?: boolean;
+  onLog?: (line: string) => void;
+  signal?: AbortSignal;
+}
+
+export interface ScenarioRunResult {
+  readonly result: BenchResult;
+  /** The JSON file written. */
+  readonly file: string;
+  /** Chart files written (absolute paths). */
+  readonly charts: string[];
+}
+
+export function isScenarioName(name: string): name is ScenarioName {
+  return (SCENARIOS as readonly string[]).includes(name);
+}
+
+/** The command line that reproduces a run with these options. */
+export function reproduceCommand(name: ScenarioName, o: RunScenarioOptions): string {
+  const parts = ["anemll-qwen35", "bench", name, "--scale", o.scale ?? "smoke"];
+  if (o.model) parts.push("--model", o.model);
+  if (o.tokens) parts.push("--tokens", String(o.tokens));
+  if (o.ane && o.ane !== "auto") parts.push("--ane", o.ane);
+  if (o.noMlx) parts.push("--no-mlx");
+  return parts.join(" ");
+}
+
+export async function runScenario(name: string, o: RunScenarioOptions = {}): Promise<ScenarioRunResult> {
+  if (!isScenarioName(name)) {
+    throw new BenchOptionError(
+      "scenario",
+      `unknown scenario "${name}": expected one of ${SCENARIOS.join(", ")}`,
+    );
+  }
+  const scale = o.scale ?? "smoke";
+  if (!(SCALES as readonly string[]).includes(scale)) {
+    throw new BenchOptionError("--scale", `must be one of ${SCALES.join(", ")}, got "${scale}"`);
+  }
+  if (o.tokens !== undefined && (!Number.isInteger(o.tokens) || o.tokens < 1)) {
+    throw new BenchOptionError("--tokens", `must be a positive integer, got ${o.tokens}`);
+  }
+  const scenario = scenarios[name];
+  const log = o.onLog ?? (() => {});
+  const startedAt = new Date().toISOString();
+  const machine = describeMachine();
+  const out = await scenario.run({
+    params: scaleParams(scale, { model: o.model, tokens: o.tokens }),
+    ane: o.ane ?? "auto",
+    noMlx: o.noMlx ?? false,
+    log,
+    signal: o.signal,
+  });
+  const result: BenchResult = {
+    format: RESULT_FORMAT,
+    formatVersion: RESULT_FORMAT_VERSION,
+    scenario: name,
+    scale,
+    question: scenario.question,
+    startedAt,
+    finishedAt: new Date().toISOString(),
+    command: reproduceCommand(name, { ...o, scale }),
+    status: out.runs.length === 0 ? "skipped" : out.skipped.length ? "partial" : "ok",
+    machine: { ...machine, loadAverageEnd: loadavg() },
+    runs: out.runs,
+    skipped: out.skipped,
+    notes: out.notes,
+    charts: [],
+  };
+  validateResult(result);
+  const dir = resolve(o.out ?? defaultResultsDir());
+  await mkdir(dir, { recursive: true });
+  result.charts = o.noCharts ? [] : await writeCharts(dir, result);
+  const file = await writeResult(dir, result);
+  for (const line of summaryLines(result)) log(line);
+  return { result, file, charts: result.charts.map((f) => resolve(dir, f)) };
+}
+
+/** Renders a result's charts into `dir`; returns the file names written. */
+export async function writeCharts(dir: string, result: BenchResult): Promise<string[]> {
+  const names: string[] = [];
+  for (const c of scenarios[result.scenario].charts(result)) {
+    if (c.rows.length === 0) continue;
+    names.push(...(await writeChart(dir, resultStem(result), c)));
+  }
+  return names;
+}
+
+/**
+ * Re-renders the charts of a result file from its JSON alone (e.g. after a chart style change),
+ * next to it, and records them in the file.
+ */
+export async function rechart(file: string): Promise<ScenarioRunResult> {
+  const result = await readResult(file);
+  const dir = dirname(resolve(file));
+  result.charts = await writeCharts(dir, result);
+  const written = await writeResult(dir, result);
+  return { result, file: written, charts: result.charts.map((f) => resolve(dir, f)) };
+}
+
+/** A few human lines per result: each run's headline metric. */
+export function summaryLines(r: BenchResult): string[] {
+  const lines = [`${r.scenario} (${r.scale}): ${r.status}`];
+  for (const run of r.runs) {
+    const m = run.metrics[0];
+    if (m)
+      lines.push(
+        `  ${run.id}: ${m.name} median ${fmt(m.summary.median)} ${m.unit} (p10 ${fmt(m.summary.p10)}, p90 ${fmt(m.summary.p90)})`,
+      );
+  }
+  for (const s of r.skipped) lines.push(`  skipped ${s.what}: ${s.reason}`);
+  for (const n of r.notes) lines.push(`  note: ${n}`);
+  return lines;
+}
+
+function fmt(x: number): string {
+  return Math.abs(x) >= 100 ? x.toFixed(0) : Math.abs(x) >= 1 ? x.toFixed(2) : x.toPrecision(3);
+}

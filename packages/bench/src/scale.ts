@@ -1,0 +1,88 @@
+/**
+ * What "smoke" and "full" mean for each scenario. Smoke runs the tiny fixture for a few tokens at
+ * ctx 128 so that every scenario finishes in seconds on two cores (the tests use it); full runs
+ * the synthetic 0.8B (real shapes, random weights) with bounded token counts, because the
+ * reference interpreter decodes 0.8B at about one token per second.
+ */
+import { fixtureModel, type ModelSpec, syntheticModel, userModel } from "./models.js";
+import type { Scale } from "./schema.js";
+
+export interface ScaleParams {
+  readonly scale: Scale;
+  readonly model: ModelSpec;
+  /** A second, different model with the same tokenizer (speculative: an unrelated draft). */
+  readonly otherModel?: ModelSpec;
+  /** Context of the decode / prefill / fusion conversions. */
+  readonly ctx: number;
+  readonly body: string;
+  readonly lmHead: string;
+  readonly promptTokens: number;
+  readonly decodeSteps: number;
+  /** Decode steps run and discarded before the measured ones. */
+  readonly warmupSteps: number;
+  readonly prefillTokens: number;
+  readonly prefillRepeats: number;
+  readonly ctxSweep: readonly number[];
+  readonly fuseSweep: readonly (number | "all")[];
+  /** MLX model load: float32 for the fixtures (parity dtype), 4-bit for 0.8B (as the reference study). */
+  readonly mlx: { readonly dtype?: "float32" | "bfloat16"; readonly bits?: 4 | 8 };
+  readonly parallelSeconds: number;
+  readonly handoff: { readonly hidden: number; readonly ks: readonly number[]; readonly steps: number };
+  readonly speculative: { readonly tokens: number; readonly gammas: readonly number[] };
+}
+
+export interface ScaleOverrides {
+  /** A checkpoint folder or hf: reference replacing the scale's model. */
+  readonly model?: string;
+  /** Decode steps replacing the scale's. */
+  readonly tokens?: number;
+}
+
+export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
+  const base: ScaleParams =
+    scale === "smoke"
+      ? {
+          scale,
+          model: fixtureModel("tiny-tied"),
+          otherModel: fixtureModel("tiny-gqa"),
+          ctx: 128,
+          body: "lut4",
+          lmHead: "lut4",
+          promptTokens: 4,
+          decodeSteps: 3,
+          warmupSteps: 1,
+          prefillTokens: 4,
+          prefillRepeats: 2,
+          ctxSweep: [128, 256],
+          fuseSweep: [1, "all"],
+          mlx: { dtype: "float32" },
+          parallelSeconds: 0.5,
+          handoff: { hidden: 64, ks: [1, 2, 4], steps: 6 },
+          speculative: { tokens: 6, gammas: [2, 4] },
+        }
+      : {
+          scale,
+          model: syntheticModel("0.8b"),
+          ctx: 256,
+          body: "lut4",
+          // the reference study's fully fused 0.8B used a LUT4 head (LUT6 fell into repetition loops)
+          lmHead: "lut4",
+          promptTokens: 8,
+          decodeSteps: 8,
+          warmupSteps: 1,
+          prefillTokens: 16,
+          prefillRepeats: 2,
+          ctxSweep: [128, 256, 512, 1024],
+          fuseSweep: [1, 2, 3, "all"],
+          // as the reference study's MLX baseline: 4-bit (affine, group 64, quantized at load)
+          mlx: { bits: 4 },
+          parallelSeconds: 20,
+          handoff: { hidden: 1024, ks: [1, 2, 4, 8, 16], steps: 40 },
+          speculative: { tokens: 12, gammas: [2, 4] },
+        };
+  return {
+    ...base,
+    ...(o.model ? { model: userModel(o.model), otherModel: undefined } : {}),
+    ...(o.tokens ? { decodeSteps: o.tokens } : {}),
+  };
+}

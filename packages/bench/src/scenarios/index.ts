@@ -1,0 +1,22 @@
+/** Every scenario by name. */
+import type { Scenario } from "../scenario.js";
+import type { ScenarioName } from "../schema.js";
+import { ctxSweep } from "./ctx-sweep.js";
+import { decode } from "./decode.js";
+import { fusionSweep } from "./fusion-sweep.js";
+import { handoff } from "./handoff.js";
+import { parallel } from "./parallel.js";
+import { power } from "./power.js";
+import { prefill } from "./prefill.js";
+import { speculative } from "./speculative.js";
+
+export const scenarios: Readonly<Record<ScenarioName, Scenario>> = {
+  decode,
+  prefill,
+  "ctx-sweep": ctxSweep,
+  "fusion-sweep": fusionSweep,
+  parallel,
+  handoff,
+  speculative,
+  power,
+};

@@ -1,0 +1,186 @@
+/**
+ * Every scenario at smoke scale (tiny fixture, ctx 128, a few tokens): the result validates against
+ * the schema, the runs carry the metrics the scenario promises, and the charts exist as SVG and PNG.
+ * Conversions go to a temporary cache so the test is hermetic.
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  type BenchResult,
+  mlxStatus,
+  readResult,
+  rechart,
+  resultStem,
+  runScenario,
+  type ScenarioName,
+} from "../src/index.js";
+
+const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
+let out: string;
+let cache: string;
+let savedCache: string | undefined;
+const mlx = mlxStatus();
+
+beforeAll(() => {
+  out = mkdtempSync(join(tmpdir(), "bench-out-"));
+  cache = mkdtempSync(join(tmpdir(), "bench-cache-"));
+  savedCache = process.env.ANEMLL_QWEN35_CACHE;
+  process.env.ANEMLL_QWEN35_CACHE = cache;
+});
+
+afterAll(() => {
+  if (savedCache === undefined) delete process.env.ANEMLL_QWEN35_CACHE;
+  else process.env.ANEMLL_QWEN35_CACHE = savedCache;
+  rmSync(out, { recursive: true, force: true });
+  rmSync(cache, { recursive: true, force: true });
+});
+
+async function smoke(name: ScenarioName): Promise<BenchResult> {
+  const r = await runScenario(name, { scale: "smoke", out });
+  expect(existsSync(r.file)).toBe(true);
+  // the file on disk, read back through the schema, is what was returned
+  const back = await readResult(r.file);
+  expect(back.scenario).toBe(name);
+  expect(back.scale).toBe("smoke");
+  expect(back.command).toContain(`bench ${name}`);
+  expect(back.machine.node).toBe(process.version);
+  return back;
+}
+
+function expectCharts(r: BenchResult, atLeast: number): void {
+  const svgs = r.charts.filter((f) => f.endsWith(".svg"));
+  const pngs = r.charts.filter((f) => f.endsWith(".png"));
+  expect(svgs.length).toBeGreaterThanOrEqual(atLeast);
+  expect(pngs.length).toBe(svgs.length);
+  for (const f of svgs) expect(readFileSync(join(out, f), "utf8")).toMatch(/^<svg[^>]*xmlns/);
+  for (const f of pngs) {
+    const bytes = readFileSync(join(out, f));
+    expect([...bytes.subarray(0, 8)]).toEqual(PNG_SIGNATURE);
+    expect(statSync(join(out, f)).size).toBeGreaterThan(5000);
+  }
+}
+
+function metricOf(r: BenchResult, runId: RegExp, name: string) {
+  const run = r.runs.find((x) => runId.test(x.id));
+  expect(run, `a run matching ${runId}`).toBeDefined();
+  const m = run!.metrics.find((x) => x.name === name);
+  expect(m, `${name} on ${run!.id}`).toBeDefined();
+  return m!;
+}
+
+/** MLX runs when its addon loads; otherwise the result must say so. */
+function expectMlxOrSkip(r: BenchResult): void {
+  if (mlx.available) {
+    expect(r.runs.some((x) => x.backend.startsWith("mlx"))).toBe(true);
+  } else {
+    expect(r.skipped.some((s) => /mlx backend is unavailable/.test(s.reason))).toBe(true);
+  }
+}
+
+describe.sequential("bench scenarios at smoke scale", () => {
+  it("decode: warm tok/s and cold load per backend", async () => {
+    const r = await smoke("decode");
+    expect(r.status).toBe(mlx.available ? "ok" : "partial");
+    const tok = metricOf(r, /^ane-/, "decode_tok_s");
+    expect(tok.samples).toHaveLength(3);
+    expect(tok.summary.median).toBeGreaterThan(0);
+    expect(tok.summary.p10).toBeLessThanOrEqual(tok.summary.p90);
+    expect(metricOf(r, /^ane-/, "load_ms").summary.median).toBeGreaterThan(0);
+    expect(r.runs[0].conversion?.ctx).toBe(128);
+    expectMlxOrSkip(r);
+    expectCharts(r, 2);
+  });
+
+  it("prefill: prompt tok/s per backend", async () => {
+    const r = await smoke("prefill");
+    expect(metricOf(r, /^ane-/, "prefill_tok_s").samples).toHaveLength(2);
+    expectMlxOrSkip(r);
+    expectCharts(r, 1);
+  });
+
+  it("ctx-sweep: ms per super-block at ctx 128 and 256", async () => {
+    const r = await smoke("ctx-sweep");
+    for (const c of [128, 256]) {
+      const m = metricOf(r, new RegExp(`^ane-.* ctx ${c}$`), "ms_per_superblock");
+      expect(m.summary.median).toBeGreaterThan(0);
+    }
+    expectCharts(r, 2);
+  });
+
+  it("fusion-sweep: two packages at fuse 1, one at fuse all", async () => {
+    const r = await smoke("fusion-sweep");
+    const packages = r.runs.map((x) => x.config.superBlockPackages);
+    expect(packages).toEqual([2, 1]);
+    // the per-package split adds up: 2 super-blocks in both chains
+    for (const run of r.runs) {
+      const perBlock = run.metrics.find((m) => m.name === "ms_per_superblock")!.samples;
+      const all = run.metrics.find((m) => m.name === "superblocks_ms")!.samples;
+      for (const [i, v] of perBlock.entries()) expect(v * 2).toBeCloseTo(all[i], 6);
+    }
+    expectCharts(r, 2);
+  });
+
+  it("handoff: chain of k packages vs one package", async () => {
+    const r = await smoke("handoff");
+    expect(r.runs.map((x) => `${x.config.layout}:${x.config.k}`)).toEqual([
+      "chain:1",
+      "single:1",
+      "chain:2",
+      "single:2",
+      "chain:4",
+      "single:4",
+    ]);
+    expectCharts(r, 1);
+    // the charts come from the JSON alone: removing them and re-charting the file brings them back
+    for (const f of r.charts) rmSync(join(out, f));
+    const again = await rechart(join(out, `${resultStem(r)}.json`));
+    expect(again.result.charts).toEqual(r.charts);
+    expectCharts(again.result, 1);
+  });
+
+  it("parallel: solo and together in child processes", async () => {
+    const r = await smoke("parallel");
+    if (!mlx.available) {
+      expect(r.status).toBe("skipped");
+      expect(r.skipped[0].reason).toMatch(/mlx/);
+      return;
+    }
+    expect(r.runs).toHaveLength(7);
+    const kept = metricOf(r, /^fg MLX .* in fg MLX \+ bg ANE$/, "foreground_preserved_pct");
+    expect(kept.summary.median).toBeGreaterThan(0);
+    expect(metricOf(r, /^fg MLX .* in fg MLX \+ bg MLX$/, "combined_tok_s").summary.median).toBeGreaterThan(
+      0,
+    );
+    for (const run of r.runs) expect(run.metrics[0].summary.median).toBeGreaterThan(0);
+    expectCharts(r, 2);
+  });
+
+  it("speculative: acceptance and simulated speed-up per draft", async () => {
+    const r = await smoke("speculative");
+    const drafts = r.runs.filter((x) => x.config.role === "draft");
+    expect(drafts.length).toBeGreaterThanOrEqual(2);
+    for (const d of drafts) {
+      const a = metricOf(r, new RegExp(`^${d.id.replace(/[()]/g, "\\$&")}$`), "acceptance_rate").summary
+        .median;
+      expect(a).toBeGreaterThanOrEqual(0);
+      expect(a).toBeLessThanOrEqual(1);
+    }
+    // the unpalettized chain is the same model: it must agree with the target far more often than not
+    const control = drafts.find((d) => /control/.test(String(d.config.draft)));
+    expect(control).toBeDefined();
+    expect(control!.metrics.find((m) => m.name === "acceptance_rate")!.summary.median).toBeGreaterThan(0.6);
+    expectCharts(r, 2);
+  });
+
+  it("power: skipped with the reason off macOS-as-root", async () => {
+    const r = await smoke("power");
+    if (process.platform !== "darwin") {
+      expect(r.status).toBe("skipped");
+      expect(r.runs).toHaveLength(0);
+      expect(r.skipped[0].reason).toMatch(new RegExp(process.platform));
+      expect(r.charts).toHaveLength(0);
+    }
+  });
+});

@@ -1,0 +1,192 @@
+/** The parts under the scenarios: statistics, speculation rounds, powermetrics parsing, the schema, per-package timing and charts. */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { f32ToF16Bits, type Tensor, tensor } from "@anemll-qwen35/ir";
+import { referenceBackend } from "@anemll-qwen35/runtime-ane";
+import { afterAll, describe, expect, it } from "vitest";
+import { writeHandoffPackages } from "../src/handoff-packages.js";
+import {
+  BenchOptionError,
+  type BenchResult,
+  BenchResultError,
+  ComponentTimer,
+  parsePowermetrics,
+  promptIds,
+  renderSvg,
+  runScenario,
+  simulateRounds,
+  speedup,
+  summarize,
+  svgToPng,
+  timedBackend,
+  top2Margin,
+  validateResult,
+  vegaLiteSpec,
+} from "../src/index.js";
+
+const tmp = mkdtempSync(join(tmpdir(), "bench-units-"));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+describe("summarize", () => {
+  it("takes linear-interpolated percentiles like numpy", () => {
+    const s = summarize([10, 1, 9, 2, 8, 3, 7, 4, 6, 5]);
+    expect(s).toEqual({ n: 10, median: 5.5, mean: 5.5, min: 1, max: 10, p10: 1.9, p90: 9.1 });
+    expect(summarize([4]).p10).toBe(4);
+    expect(() => summarize([])).toThrow(RangeError);
+  });
+});
+
+describe("greedy speculative rounds", () => {
+  const m = [true, true, false, true, true, true, false];
+  it("accepts the run of matches up to gamma, then emits one target token", () => {
+    expect(simulateRounds(m, 2)).toEqual({ tokensPerRound: [3, 3, 1], acceptedPerRound: [2, 2, 0] });
+    expect(simulateRounds(m, 4)).toEqual({ tokensPerRound: [3, 4], acceptedPerRound: [2, 3] });
+  });
+  it("emits exactly one token per position whatever gamma is", () => {
+    for (const g of [1, 2, 3, 8]) {
+      expect(simulateRounds(m, g).tokensPerRound.reduce((a, b) => a + b, 0)).toBe(m.length);
+    }
+    expect(simulateRounds([false, false], 4).tokensPerRound).toEqual([1, 1]);
+    expect(() => simulateRounds(m, 0)).toThrow(RangeError);
+  });
+  it("speed-up: tokens per round at the target's rate over the round's cost", () => {
+    // 3 tokens per round, target 30 ms/token, draft 5 ms × 2, verification 40 ms → 90 / 50
+    expect(speedup(3, 30, 5, 2, 40)).toBeCloseTo(1.8, 12);
+  });
+});
+
+describe("powermetrics text", () => {
+  it("reads the per-sample power lines", () => {
+    const sample = (cpu: number, gpu: number, ane: number) =>
+      `*** Sampled system activity ***\n\n**** Processor usage ****\n\nCPU Power: ${cpu} mW\nGPU Power: ${gpu} mW\nANE Power: ${ane} mW\nCombined Power (CPU + GPU + ANE): ${cpu + gpu + ane} mW\n`;
+    const p = parsePowermetrics(sample(1200, 30, 4900) + sample(1100, 25, 4800));
+    expect(p).toEqual({
+      cpuMw: [1200, 1100],
+      gpuMw: [30, 25],
+      aneMw: [4900, 4800],
+      combinedMw: [6130, 5925],
+    });
+    expect(parsePowermetrics("nothing here").aneMw).toEqual([]);
+  });
+});
+
+describe("result schema", () => {
+  const valid = (): BenchResult => ({
+    format: "anemll-qwen35.bench-result",
+    formatVersion: 1,
+    scenario: "decode",
+    scale: "smoke",
+    question: "q",
+    startedAt: "2026-01-01T00:00:00.000Z",
+    finishedAt: "2026-01-01T00:00:01.000Z",
+    command: "anemll-qwen35 bench decode --scale smoke",
+    status: "ok",
+    machine: {
+      os: "Linux",
+      platform: "linux",
+      arch: "x64",
+      release: "6",
+      cpu: { model: "x", cores: 2 },
+      memoryBytes: 1,
+      node: "v20",
+      mlx: { available: false, reason: "r" },
+      coreml: { available: false, reason: "r" },
+      loadAverage: [0, 0, 0],
+    },
+    runs: [
+      {
+        id: "a",
+        backend: "ane-reference",
+        model: { name: "m", source: "s" },
+        config: { k: 1 },
+        metrics: [{ name: "x", unit: "ms", samples: [1], summary: summarize([1]) }],
+        notes: [],
+      },
+    ],
+    skipped: [],
+    notes: [],
+    charts: [],
+  });
+  it("accepts a complete document", () => {
+    expect(validateResult(valid()).runs[0].id).toBe("a");
+  });
+  it("names the field that is wrong", () => {
+    const bad = valid() as unknown as { runs: { metrics: { samples: unknown[] }[]; backend: string }[] };
+    bad.runs[0].metrics[0].samples = [];
+    bad.runs[0].backend = "tpu";
+    expect(() => validateResult(bad, "r.json")).toThrow(BenchResultError);
+    expect(() => validateResult(bad, "r.json")).toThrow(/r\.json.*runs\.0\.(backend|metrics\.0\.samples)/);
+    expect(() => validateResult({ ...valid(), formatVersion: 2 })).toThrow(/formatVersion/);
+  });
+});
+
+describe("per-package timing", () => {
+  it("times every predict of every component through a wrapped backend", async () => {
+    const { chain } = await writeHandoffPackages(tmp, 16, 2);
+    const timer = new ComponentTimer();
+    const backend = timedBackend(referenceBackend({ precision: "fp16" }), timer);
+    const loaded = [];
+    for (const p of chain) {
+      loaded.push(
+        await backend.load(p.path, { name: p.name, functionName: "main", io: p.io, sha256: p.sha256 }),
+      );
+    }
+    expect(timer.loads.map((l) => l.component)).toEqual(["stage0", "stage1"]);
+    let h: Tensor = tensor(
+      "f16",
+      [1, 1, 16],
+      Uint16Array.from({ length: 16 }, () => f32ToF16Bits(1)),
+    );
+    for (let step = 0; step < 3; step++) {
+      for (const l of loaded) h = (await l.predict({ x: h })).y;
+      const events = timer.take();
+      expect(events.map((e) => e.component)).toEqual(["stage0", "stage1"]);
+      for (const e of events) expect(e.ms).toBeGreaterThanOrEqual(0);
+    }
+    expect(timer.take()).toEqual([]);
+  });
+});
+
+describe("charts", () => {
+  it("renders a sweep line chart to SVG and PNG", async () => {
+    const svg = await renderSvg(
+      vegaLiteSpec({
+        kind: "line",
+        name: "t",
+        title: "ms per super-block vs context",
+        rows: [
+          { x: 128, backend: "a", median: 2, p10: 1.5, p90: 2.5 },
+          { x: 256, backend: "a", median: 3, p10: 2.5, p90: 3.5 },
+        ],
+        x: "x",
+        xTitle: "ctx",
+        xType: "ordinal",
+        y: "median",
+        yTitle: "ms",
+        color: "backend",
+        lo: "p10",
+        hi: "p90",
+      }),
+    );
+    expect(svg).toContain("ms per super-block vs context");
+    const png = svgToPng(svg);
+    expect([...png.subarray(1, 4)].map((c) => String.fromCharCode(c)).join("")).toBe("PNG");
+  });
+});
+
+describe("options", () => {
+  it("refuses an unknown scenario and a bad token count, naming them", async () => {
+    await expect(runScenario("warp")).rejects.toThrow(BenchOptionError);
+    await expect(runScenario("warp")).rejects.toThrow(/unknown scenario "warp".*decode/);
+    await expect(runScenario("decode", { tokens: 0 })).rejects.toThrow(/--tokens/);
+  });
+  it("the greedy margin is top-1 minus top-2, and absent for top-1 heads", () => {
+    expect(top2Margin({ logits: Float32Array.of(0.5, 3, -1, 2.25) })).toBeCloseTo(0.75, 6);
+    expect(top2Margin({ top1: { id: 3, value: 1 } })).toBeUndefined();
+  });
+  it("prompt ids are deterministic and inside the tokenizer's ordinary range", () => {
+    expect(promptIds(6, 1024)).toEqual(promptIds(6, 1024));
+    for (const id of promptIds(50, 248320)) expect(id >= 16 && id < 960).toBe(true);
+  });
+});
