@@ -11,12 +11,12 @@ import {
   type ToolSpec,
   UnsupportedSamplingError,
 } from "../src/index.js";
-import { FIXTURE_TOKENIZER_DIR, ScriptedModel, type ScriptedModelOptions } from "./helpers.js";
+import { FIXTURE_TOKENIZER_DIR, ScriptedModel, type ScriptedModelOptions, SPECIAL_BASE } from "./helpers.js";
 
 let tok: Tokenizer;
 let EOS: number;
 beforeAll(async () => {
-  tok = await loadTokenizer(FIXTURE_TOKENIZER_DIR, { eosTokenIds: [1000] });
+  tok = await loadTokenizer(FIXTURE_TOKENIZER_DIR, { eosTokenIds: [SPECIAL_BASE] });
   EOS = tok.tokenId("<|im_end|>")!;
 });
 
@@ -275,9 +275,11 @@ describe("generate over a scripted StepModel", () => {
   });
 
   it("<|endoftext|> passed as a model EOS id ends generation too", async () => {
-    const model = new ScriptedModel([...tok.encode("fin"), 1000, ...tok.encode("more")], { vocabSize: 1040 });
+    const model = new ScriptedModel([...tok.encode("fin"), SPECIAL_BASE, ...tok.encode("more")], {
+      vocabSize: 1040,
+    });
     const r = await generate(model, tok, { prompt: "p" });
-    expect(r.finishDetail).toEqual({ type: "eos", tokenId: 1000 });
+    expect(r.finishDetail).toEqual({ type: "eos", tokenId: SPECIAL_BASE });
     expect(r.text).toBe("fin");
   });
 

@@ -3,11 +3,21 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ContextOverflowError, type StepModel, type StepOptions, type StepOutput } from "../src/index.js";
 
-/** The Qwen3.5-format fixture tokenizer made by tools/oracle/make_tokenizer.py (1000 BPE ids + 33 added). */
+/** The Qwen3.5-format fixture tokenizer made by tools/oracle/make_tokenizer.py (BPE ids, then the 33 specials). */
 export const FIXTURE_TOKENIZER_DIR = join(
   dirname(fileURLToPath(import.meta.url)),
   "../../../fixtures/tokenizer",
 );
+
+/**
+ * Id of the first special token (<|endoftext|>) in the fixture = its number of BPE ids; the 33
+ * Qwen3.5 specials follow in their official order (Qwen3.5 itself: 248044).
+ */
+export const SPECIAL_BASE: number = (
+  JSON.parse(readFileSync(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8")) as {
+    added_tokens: { id: number; content: string }[];
+  }
+).added_tokens.find((t) => t.content === "<|endoftext|>")!.id;
 
 export interface ChatCase {
   name: string;

@@ -8,12 +8,12 @@ import {
   MissingTokenizerFileError,
   Tokenizer,
 } from "../src/index.js";
-import { chatCases, FIXTURE_TOKENIZER_DIR } from "./helpers.js";
+import { chatCases, FIXTURE_TOKENIZER_DIR, SPECIAL_BASE } from "./helpers.js";
 
 let tok: Tokenizer;
 let scratch: string;
 beforeAll(async () => {
-  tok = await loadTokenizer(FIXTURE_TOKENIZER_DIR, { eosTokenIds: [1000] });
+  tok = await loadTokenizer(FIXTURE_TOKENIZER_DIR, { eosTokenIds: [SPECIAL_BASE] });
   scratch = await mkdtemp(join(tmpdir(), "generate-tok-"));
 });
 afterAll(async () => {
@@ -37,23 +37,23 @@ describe("loadTokenizer on the Qwen3.5-format fixture", () => {
   });
 
   it("finds special tokens by name in Qwen3.5 order (33 after the BPE ids)", () => {
-    expect(tok.tokenId("<|endoftext|>")).toBe(1000);
-    expect(tok.tokenId("<|im_start|>")).toBe(1001);
-    expect(tok.tokenId("<|im_end|>")).toBe(1002);
-    expect(tok.tokenId("<think>")).toBe(1024);
-    expect(tok.tokenId("</think>")).toBe(1025);
-    expect(tok.tokenId("<tool_call>")).toBe(1014);
+    expect(tok.tokenId("<|endoftext|>")).toBe(SPECIAL_BASE);
+    expect(tok.tokenId("<|im_start|>")).toBe(SPECIAL_BASE + 1);
+    expect(tok.tokenId("<|im_end|>")).toBe(SPECIAL_BASE + 2);
+    expect(tok.tokenId("<think>")).toBe(SPECIAL_BASE + 24);
+    expect(tok.tokenId("</think>")).toBe(SPECIAL_BASE + 25);
+    expect(tok.tokenId("<tool_call>")).toBe(SPECIAL_BASE + 14);
     expect(tok.tokenId("<|nope|>")).toBeUndefined();
     expect(tok.addedTokens.size).toBe(33);
-    expect(tok.vocabSize).toBe(1033);
-    expect(tok.isSpecial(1001)).toBe(true);
-    expect(tok.isSpecial(1024)).toBe(false); // <think> stays visible in decoded text
+    expect(tok.vocabSize).toBe(SPECIAL_BASE + 33);
+    expect(tok.isSpecial(SPECIAL_BASE + 1)).toBe(true);
+    expect(tok.isSpecial(SPECIAL_BASE + 24)).toBe(false); // <think> stays visible in decoded text
   });
 
   it("takes EOS from tokenizer_config (<|im_end|>) plus the model's ids", () => {
-    expect([...tok.eosTokenIds].sort()).toEqual([1000, 1002]);
-    expect(tok.isEos(1002)).toBe(true);
-    expect(tok.isEos(1001)).toBe(false);
+    expect([...tok.eosTokenIds].sort()).toEqual([SPECIAL_BASE, SPECIAL_BASE + 2]);
+    expect(tok.isEos(SPECIAL_BASE + 2)).toBe(true);
+    expect(tok.isEos(SPECIAL_BASE + 1)).toBe(false);
   });
 
   it("skips special tokens on request but keeps <think>", () => {
@@ -77,11 +77,11 @@ describe("Tokenizer.fromJSON", () => {
   it("merges added tokens that only tokenizer_config.json lists (Qwen3.5 keeps 7 of 33 there)", async () => {
     const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
     const config = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer_config.json"), "utf8"));
-    json.added_tokens = json.added_tokens.filter((t: { id: number }) => t.id < 1026);
+    json.added_tokens = json.added_tokens.filter((t: { id: number }) => t.id < SPECIAL_BASE + 26);
     const t = Tokenizer.fromJSON(json, config);
-    expect(t.tokenId("<|audio_pad|>")).toBe(1032);
-    expect(t.encode("a<|audio_start|>b")).toEqual([...t.encode("a"), 1026, ...t.encode("b")]);
-    expect(t.decode([1026])).toBe("<|audio_start|>");
+    expect(t.tokenId("<|audio_pad|>")).toBe(SPECIAL_BASE + 32);
+    expect(t.encode("a<|audio_start|>b")).toEqual([...t.encode("a"), SPECIAL_BASE + 26, ...t.encode("b")]);
+    expect(t.decode([SPECIAL_BASE + 26])).toBe("<|audio_start|>");
     // Without the config they are unknown text.
     const bare = Tokenizer.fromJSON(json, {});
     expect(bare.tokenId("<|audio_pad|>")).toBeUndefined();
@@ -155,9 +155,12 @@ describe("tokenizer file errors name the file", () => {
     const dir = join(scratch, "genconfig");
     await mkdir(dir, { recursive: true });
     await writeFile(join(dir, "tokenizer.json"), json);
-    await writeFile(join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: [1000, 1002] }));
+    await writeFile(
+      join(dir, "generation_config.json"),
+      JSON.stringify({ eos_token_id: [SPECIAL_BASE, SPECIAL_BASE + 2] }),
+    );
     const t = await loadTokenizer(dir);
-    expect([...t.eosTokenIds].sort()).toEqual([1000, 1002]);
+    expect([...t.eosTokenIds].sort()).toEqual([SPECIAL_BASE, SPECIAL_BASE + 2]);
 
     await writeFile(join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: "x" }));
     const err = await loadTokenizer(dir).catch((e: unknown) => e);
