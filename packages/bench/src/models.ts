@@ -10,7 +10,7 @@ import { readFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { convert, parseWeightQuant } from "@anemll-qwen35/converter";
+import { CONVERTER_VERSION, convert, parseWeightQuant } from "@anemll-qwen35/converter";
 import {
   type ChainManifest,
   readChainManifest,
@@ -132,6 +132,7 @@ async function reusable(
   try {
     const m = await readChainManifest(dir);
     const same =
+      m.converter.version === CONVERTER_VERSION &&
       m.ctx === o.ctx &&
       m.fuse === o.fuse &&
       m.dtype === "fp16" &&
