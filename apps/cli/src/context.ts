@@ -1,4 +1,4 @@
-import { makeOutput, type Output, type Streams } from "./output.js";
+import type { Output, Streams } from "./output.js";
 
 /** What every command gets: output sinks honouring the global --json flag. */
 export interface Context {

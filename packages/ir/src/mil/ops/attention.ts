@@ -7,7 +7,7 @@
 import { gemmNT } from "../kernels/gemm.js";
 import { broadcastShapes, expandTo, sameShape, shapeStr } from "../shape.js";
 import { numelOf } from "../values.js";
-import { bytesOf, tt } from "./common.js";
+import { tt } from "./common.js";
 import type { OpArgs, OpDef } from "./opdef.js";
 
 function check(a: OpArgs): { L: number; S: number; E: number; EV: number; batch: number[] } {

@@ -6,11 +6,11 @@
  * _validate_shift_scale_inputs, decompress), coremltools/optimize/_utils.py (lut_to_dense).
  */
 import { allocWeightF32 } from "../kernels/simd.js";
-import type { MilData, MilDType, TensorType } from "../program.js";
+import type { MilData, MilDType } from "../program.js";
 import { milDTypeBits } from "../program.js";
 import { shapeStr, stridesOf } from "../shape.js";
 import { f16Table, numelOf } from "../values.js";
-import { bytesOf, I32, tt } from "./common.js";
+import { I32, tt } from "./common.js";
 import type { OpArgs, OpDef } from "./opdef.js";
 
 /** `const`: its value is the op's `val` attribute (Operation.value); handled by the callers. */

@@ -9,7 +9,7 @@ import type { TensorType } from "../program.js";
 import { broadcastShapes, shapeStr, stridesOf } from "../shape.js";
 import type { RtTensor } from "../values.js";
 import { allocRt, numelOf } from "../values.js";
-import { BOOL, bytesOf, FP, FP_I32, I32, lit, STR, tt } from "./common.js";
+import { BOOL, FP, FP_I32, I32, lit, STR, tt } from "./common.js";
 import type { OpArgs, OpDef } from "./opdef.js";
 
 // ---------------------------------------------------------------------------------------------

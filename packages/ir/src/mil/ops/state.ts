@@ -4,7 +4,6 @@
  * coreml_dialect/ops.py (coreml_update_state, serialised as write_state + read_state).
  */
 import { sameType, typeToString } from "../program.js";
-import { bytesOf } from "./common.js";
 import type { OpArgs, OpDef } from "./opdef.js";
 
 function wrapped(a: OpArgs) {

@@ -14,7 +14,6 @@ import {
   axesArg,
   axisArg,
   BOOL,
-  bytesOf,
   FP_I32_BOOL,
   GATHER_I,
   GATHER_T,
