@@ -59,8 +59,14 @@ describeMlx("evaluation, memory, devices", () => {
     const { arrays: again } = mx.loadSafetensors(file);
     truncateSync(file, 100);
     const y = mx.add(arrays.w, 1);
-    await expect(mx.asyncEval(y)).rejects.toThrow(MlxError);
-    await expect(mx.asyncEval(y)).rejects.toThrow(/\[read\] Unable to read from file/);
+    // one evaluation only: whether MLX reports a failed graph again on a second evaluation is
+    // up to MLX, so the test does not depend on it
+    const err = await mx.asyncEval(y).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(MlxError);
+    expect((err as Error).message).toMatch(/\[read\] Unable to read from file/);
     expect(() => mx.eval(again.w)).toThrow(MlxError);
     mx.dispose([arrays, again, y]);
   });
