@@ -1,10 +1,7 @@
-import { defineConfig } from "tsup";
+import { packageBuild } from "../../tsup.base.ts";
 
-export default defineConfig({
+export default packageBuild({
   entry: ["src/cli.ts"],
-  format: ["esm"],
-  sourcemap: true,
-  clean: true,
-  target: "node20",
+  dts: false,
   banner: { js: "#!/usr/bin/env node" },
 });

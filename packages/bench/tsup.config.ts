@@ -1,11 +1,9 @@
-import { defineConfig } from "tsup";
+import { packageBuild } from "../../tsup.base.ts";
 
-export default defineConfig({
+export default packageBuild({
   // worker.ts is the parallel scenario's child process: its own entry next to index.js
   entry: ["src/index.ts", "src/worker.ts"],
-  format: ["esm"],
   dts: { entry: "src/index.ts" },
-  sourcemap: true,
-  clean: true,
-  target: "node20",
+  // the private testkit (synthetic checkpoints for full-scale runs) ships inside bench's dist
+  noExternal: ["@anemll-qwen35/testkit"],
 });

@@ -1,10 +1,10 @@
-import { defineConfig } from "tsup";
+import { packageBuild } from "../../tsup.base.ts";
 
-export default defineConfig({
-  entry: ["src/index.ts"],
-  format: ["esm"],
-  dts: true,
-  sourcemap: true,
-  clean: true,
-  target: "node20",
+export default packageBuild({
+  entry: {
+    core: "src/core.ts",
+    checkpoint: "src/checkpoint/index.ts",
+    mil: "src/mil/index.ts",
+    chain: "src/chain/index.ts",
+  },
 });

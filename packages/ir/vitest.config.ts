@@ -1,5 +1,3 @@
-import { defineConfig } from "vitest/config";
+import { packageTests } from "../../vitest.base.ts";
 
-export default defineConfig({
-  test: { include: ["test/**/*.test.ts"], testTimeout: 60_000, pool: "forks" },
-});
+export default packageTests();

@@ -1,8 +1,3 @@
-import { defineConfig } from "vitest/config";
+import { packageTests } from "../../vitest.base.ts";
 
-export default defineConfig({
-  // "source" resolves workspace packages to their TypeScript sources, so tests never run stale dist/
-  resolve: { conditions: ["source"] },
-  ssr: { resolve: { conditions: ["source"] } },
-  test: { include: ["test/**/*.test.ts"], testTimeout: 60_000, pool: "forks" },
-});
+export default packageTests();

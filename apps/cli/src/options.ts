@@ -1,7 +1,7 @@
 /** Parsers for option values shared by several commands; each throws a UsageError naming the option. */
 
 import { parseWeightQuant, type WeightQuant } from "@anemll-qwen35/converter";
-import { AnemllError } from "@anemll-qwen35/ir";
+import { AnemllError } from "@anemll-qwen35/core";
 
 export class UsageError extends AnemllError {
   constructor(message: string) {

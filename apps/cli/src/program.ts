@@ -1,4 +1,4 @@
-import { AnemllError } from "@anemll-qwen35/ir";
+import { AnemllError } from "@anemll-qwen35/core";
 import { Command, CommanderError } from "commander";
 import { registerBench } from "./commands/bench.js";
 import { registerChat } from "./commands/chat.js";

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { loadGolden } from "@anemll-qwen35/ir";
+import { loadGolden } from "@anemll-qwen35/ir/checkpoint";
 import { beforeAll, describe, expect, it } from "vitest";
 import { cli } from "./helpers.js";
 

@@ -4,7 +4,7 @@
  * side by side, lines for sweeps; every spec is built from a result's rows alone.
  */
 import { join } from "node:path";
-import { writeFileAtomic } from "@anemll-qwen35/ir";
+import { writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
 import { Resvg } from "@resvg/resvg-js";
 import * as vega from "vega";
 import { compile, type TopLevelSpec } from "vega-lite";

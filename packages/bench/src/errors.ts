@@ -1,5 +1,5 @@
 /** Typed errors of the bench package: each names the scenario, option or file and what was expected. */
-import { AnemllError } from "@anemll-qwen35/ir";
+import { AnemllError } from "@anemll-qwen35/core";
 
 /** A scenario name, scale or option value that does not exist. */
 export class BenchOptionError extends AnemllError {

@@ -5,14 +5,8 @@
  * them is the cost of k − 1 package boundaries (host → predict → host).
  */
 import { join } from "node:path";
-import {
-  type ComponentIO,
-  digestMlPackage,
-  type IoTensor,
-  MilBuilder,
-  tensorType,
-  writeMlPackage,
-} from "@anemll-qwen35/ir";
+import type { ComponentIO, IoTensor } from "@anemll-qwen35/ir/chain";
+import { digestMlPackage, MilBuilder, tensorType, writeMlPackage } from "@anemll-qwen35/ir/mil";
 
 export interface HandoffPackage {
   readonly name: string;

@@ -11,14 +11,9 @@ import { homedir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CONVERTER_VERSION, convert, parseWeightQuant } from "@anemll-qwen35/converter";
-import {
-  type ChainManifest,
-  readChainManifest,
-  readQwen35Config,
-  resolveModelRef,
-  type SyntheticSize,
-  writeSyntheticCheckpoint,
-} from "@anemll-qwen35/ir";
+import { type ChainManifest, readChainManifest } from "@anemll-qwen35/ir/chain";
+import { readQwen35Config, resolveModelRef } from "@anemll-qwen35/ir/checkpoint";
+import { type SyntheticSize, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { BenchModelError } from "./errors.js";
 import type { Conversion, ModelInfo } from "./schema.js";
 

@@ -3,7 +3,7 @@
  * and the lm_head. "ms per super-block" is the super-block packages' time divided by the number of
  * super-blocks they hold, so chains fused differently compare per unit of model.
  */
-import type { ChainManifest } from "@anemll-qwen35/ir";
+import type { ChainManifest } from "@anemll-qwen35/ir/chain";
 import type { PredictEvent } from "./timed-backend.js";
 
 export interface StepSplit {

@@ -7,7 +7,7 @@ import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { writeFileAtomic } from "@anemll-qwen35/ir";
+import { writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
 import { BenchResultError } from "./errors.js";
 import { type BenchResult, benchResultSchema } from "./schema.js";
 

@@ -7,7 +7,8 @@
 
 import { join } from "node:path";
 import type { StepModel } from "@anemll-qwen35/generate";
-import { type ChainManifest, readQwen35Config } from "@anemll-qwen35/ir";
+import type { ChainManifest } from "@anemll-qwen35/ir/chain";
+import { readQwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import { aneBackendHere, mlxBackendHere, mlxStatus, type Opened, openAne, openMlx } from "./backends.js";
 import { type ChainOptions, conversionOf, ensureChain, type ModelSpec, modelInfo } from "./models.js";
 import type { ScenarioContext } from "./scenario.js";

@@ -2,7 +2,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { f32ToF16Bits, type Tensor, tensor } from "@anemll-qwen35/ir";
+import { f32ToF16Bits, type Tensor, tensor } from "@anemll-qwen35/core";
 import { referenceBackend } from "@anemll-qwen35/runtime-ane";
 import { afterAll, describe, expect, it } from "vitest";
 import { writeHandoffPackages } from "../src/handoff-packages.js";

@@ -11,7 +11,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, freemem, loadavg, tmpdir, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type SyntheticSize, writeSyntheticCheckpoint } from "@anemll-qwen35/ir";
+import { type SyntheticSize, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const arg = (name: string, dflt: string) => {

@@ -11,13 +11,9 @@ import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import {
-  f16BitsToF32,
-  f32ToF16Bits,
-  findCoremltoolsPython,
-  Qwen35Checkpoint,
-  writeSyntheticCheckpoint,
-} from "@anemll-qwen35/ir";
+import { f16BitsToF32, f32ToF16Bits } from "@anemll-qwen35/core";
+import { Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
+import { findCoremltoolsPython, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { depalettize, palettize, reconstructionError } from "../src/palettize.js";
 
 const here = dirname(fileURLToPath(import.meta.url));

@@ -12,18 +12,15 @@ import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
+import { AnemllError } from "@anemll-qwen35/core";
 import {
-  AnemllError,
   CHAIN_FORMAT,
   CHAIN_FORMAT_VERSION,
   type ChainManifest,
   type ChainManifestComponent,
-  digestMlPackage,
-  MlPackageWriter,
-  Qwen35Checkpoint,
-  resolveModelRef,
-  writeFileAtomic,
-} from "@anemll-qwen35/ir";
+} from "@anemll-qwen35/ir/chain";
+import { Qwen35Checkpoint, resolveModelRef, writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
+import { digestMlPackage, MlPackageWriter } from "@anemll-qwen35/ir/mil";
 import { assertConvertible, buildComponent } from "./graph/component.js";
 import type { GraphDType, KvPlacement } from "./graph/io.js";
 import { DEFAULT_LM_HEAD_MAX_ROWS } from "./graph/options.js";

@@ -3,3 +3,4 @@ export * from "./graph/index.js";
 export * from "./palettize.js";
 export * from "./plan.js";
 export * from "./quantize-int8.js";
+export * from "./strip-vl.js";

@@ -11,7 +11,7 @@
  */
 import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
-import { f16BitsToF32, f32ToF16Bits, InvalidArgumentError } from "@anemll-qwen35/ir";
+import { f16BitsToF32, f32ToF16Bits, InvalidArgumentError } from "@anemll-qwen35/core";
 
 export type LutBits = 2 | 4 | 6 | 8;
 

@@ -2,7 +2,8 @@
  * Which packages a conversion writes: the embedding, the super-blocks grouped `fuse` at a time
  * (as many as fit the per-package size budget with `fuse: "all"`), and the lm_head.
  */
-import { InvalidArgumentError, parameterCounts, type Qwen35Config } from "@anemll-qwen35/ir";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
+import { parameterCounts, type Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import type { WeightQuant } from "./graph/quant.js";
 
 export interface PlanOptions {

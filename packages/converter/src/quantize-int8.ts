@@ -3,7 +3,7 @@
  * out[i, j] = scale[i, j / block] · data[i, j] (symmetric, no offset). One scale per output
  * channel and block of `blockSize` input values (blockSize = Din gives per-channel scales).
  */
-import { f16BitsToF32, f32ToF16Bits, InvalidArgumentError } from "@anemll-qwen35/ir";
+import { f16BitsToF32, f32ToF16Bits, InvalidArgumentError } from "@anemll-qwen35/core";
 
 export interface Int8Quantized {
   readonly shape: readonly number[];

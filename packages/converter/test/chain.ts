@@ -3,18 +3,10 @@
  * owning the GDN and KV buffers and building position + mask per step from the components'
  * ComponentIO roles alone — what a runtime does, with no knowledge of names beyond the roles.
  */
-import {
-  argmax,
-  f16BitsToF32,
-  f32ToF16Bits,
-  MilInterpreter,
-  type MilState,
-  type MlModel,
-  type NonFiniteReport,
-  type Tensor,
-  tensor,
-  toFloat32,
-} from "@anemll-qwen35/ir";
+
+import { f16BitsToF32, f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
+import { argmax } from "@anemll-qwen35/ir/checkpoint";
+import { MilInterpreter, type MilState, type MlModel, type NonFiniteReport } from "@anemll-qwen35/ir/mil";
 import { argmaxToken, type ComponentIO, decodeMask, type IoTensor } from "../src/graph/index.js";
 
 export interface ChainPart {

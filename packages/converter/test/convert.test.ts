@@ -10,7 +10,7 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { readChainManifest } from "@anemll-qwen35/ir";
+import { readChainManifest } from "@anemll-qwen35/ir/chain";
 import { describe, expect, it } from "vitest";
 import { ConvertOptionError, convert, OutputError } from "../src/convert.js";
 import { UnsupportedModelError } from "../src/graph/errors.js";

@@ -2,7 +2,8 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { GOLDEN_FILE, type Golden, loadGolden, SafetensorsFile, toFloat32 } from "@anemll-qwen35/ir";
+import { toFloat32 } from "@anemll-qwen35/core";
+import { GOLDEN_FILE, type Golden, loadGolden, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
 
 export const FIXTURES = fileURLToPath(new URL("../../../fixtures/", import.meta.url));
 

@@ -7,19 +7,10 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import {
-  argmax,
-  checkProgram,
-  cosine,
-  MilInterpreter,
-  MlPackageWriter,
-  maxAbsDiff,
-  Qwen35Checkpoint,
-  readMlPackage,
-  tensor,
-  toFloat32,
-  validateWithCoremltools,
-} from "@anemll-qwen35/ir";
+import { tensor, toFloat32 } from "@anemll-qwen35/core";
+import { argmax, cosine, maxAbsDiff, Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
+import { checkProgram, MilInterpreter, MlPackageWriter, readMlPackage } from "@anemll-qwen35/ir/mil";
+import { validateWithCoremltools } from "@anemll-qwen35/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   type BuildOptions,

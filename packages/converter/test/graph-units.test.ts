@@ -5,17 +5,9 @@
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import {
-  type AnemllError,
-  interpret,
-  MilBuilder,
-  parseQwen35Config,
-  Qwen35Checkpoint,
-  type Tensor,
-  tensor,
-  tensorType,
-  toFloat32,
-} from "@anemll-qwen35/ir";
+import { type AnemllError, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
+import { parseQwen35Config, Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
+import { interpret, MilBuilder, tensorType } from "@anemll-qwen35/ir/mil";
 import { describe, expect, it } from "vitest";
 import {
   argmaxToken,

@@ -1,4 +1,5 @@
-import { parseQwen35Config, publishedConfigJson } from "@anemll-qwen35/ir";
+import { parseQwen35Config } from "@anemll-qwen35/ir/checkpoint";
+import { publishedConfigJson } from "@anemll-qwen35/testkit";
 import { describe, expect, it } from "vitest";
 import { planComponents, superBlockBytes } from "../src/plan.js";
 

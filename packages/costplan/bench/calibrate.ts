@@ -25,7 +25,7 @@
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { MlModel } from "@anemll-qwen35/ir";
+import type { MlModel } from "@anemll-qwen35/ir/mil";
 import {
   CHIPS,
   type ChainInput,

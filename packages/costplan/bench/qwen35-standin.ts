@@ -22,7 +22,7 @@ import {
   type MlModel,
   type TensorType,
   tensorType,
-} from "@anemll-qwen35/ir";
+} from "@anemll-qwen35/ir/mil";
 import type { ChainComponent, ChainInput } from "../src/index.js";
 
 export interface StandInConfig {

@@ -4,7 +4,12 @@
  * their stored size (operands.ts) and its predicted placement (placement.ts). Times are filled in
  * later (assemble.ts), so the same analysis can be re-timed for another chip.
  */
-import { type MilFunction, type MlModel, type ResolvedOperation, resolveFunction } from "@anemll-qwen35/ir";
+import {
+  type MilFunction,
+  type MlModel,
+  type ResolvedOperation,
+  resolveFunction,
+} from "@anemll-qwen35/ir/mil";
 import { bytesRead, bytesWritten, opWork } from "./op-cost.js";
 import {
   constexprWeight,

@@ -6,7 +6,7 @@
  */
 import { readdir, readFile, stat } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
-import { type MlModel, readMlPackage } from "@anemll-qwen35/ir";
+import { type MlModel, readMlPackage } from "@anemll-qwen35/ir/mil";
 import { z } from "zod";
 import { ChainError } from "./errors.js";
 

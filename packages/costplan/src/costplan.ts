@@ -11,7 +11,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { MlModel } from "@anemll-qwen35/ir";
+import type { MlModel } from "@anemll-qwen35/ir/mil";
 import { type AnalyzedModel, analyzeModel, defaultFunctionOf } from "./analyze.js";
 import { buildReport, type ComponentInput } from "./assemble.js";
 import { FITTED_RUNTIME } from "./calibration.js";

@@ -1,5 +1,5 @@
 /** Typed errors of the cost planner: each names the file, field or option and what was expected. */
-import { AnemllError } from "@anemll-qwen35/ir";
+import { AnemllError } from "@anemll-qwen35/core";
 
 /** A chain folder or model.json that cannot be read as a chain of packages. */
 export class ChainError extends AnemllError {

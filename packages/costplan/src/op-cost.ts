@@ -13,7 +13,8 @@
  *    write_state that stores it writes only that much; elsewhere it copies the whole tensor;
  *  - write_state writes its data into the state (the data was already counted where produced).
  */
-import { numel, type ResolvedOperation, type TensorType } from "@anemll-qwen35/ir";
+import { numel } from "@anemll-qwen35/core";
+import type { ResolvedOperation, TensorType } from "@anemll-qwen35/ir/mil";
 import { isViewOp, type Operand, tensorBytes } from "./operands.js";
 
 export interface OpWork {

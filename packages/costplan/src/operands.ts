@@ -4,16 +4,17 @@
  * (axes, perm, epsilon) that costs nothing at run time. Types come from the op registry through
  * `resolveFunction`; nothing here re-derives a type.
  */
+
+import { numel } from "@anemll-qwen35/core";
 import {
   type ConstValue,
   getOpDef,
   type InputInfo,
   type MilDType,
   milDTypeBits,
-  numel,
   type ResolvedOperation,
   type TensorType,
-} from "@anemll-qwen35/ir";
+} from "@anemll-qwen35/ir/mil";
 
 /** Bytes of a tensor at its declared dtype (sub-byte dtypes packed, as in weight.bin). */
 export function tensorBytes(t: TensorType): number {

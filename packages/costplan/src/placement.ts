@@ -6,7 +6,7 @@
  *
  * Sources are cited as in shared/reference/ane-toolchains.md (section numbers refer to it).
  */
-import type { MilDType, ResolvedOperation } from "@anemll-qwen35/ir";
+import type { MilDType, ResolvedOperation } from "@anemll-qwen35/ir/mil";
 import type { Operand } from "./operands.js";
 
 export type Device = "ANE" | "CPU" | "GPU";

@@ -2,7 +2,7 @@
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { MilBuilder, type MlModel, tensorType, writeMlPackage } from "@anemll-qwen35/ir";
+import { MilBuilder, type MlModel, tensorType, writeMlPackage } from "@anemll-qwen35/ir/mil";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ChainError, CostplanOptionError, costplan } from "../src/index.js";
 

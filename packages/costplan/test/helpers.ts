@@ -1,5 +1,5 @@
 /** Small helpers shared by the tests. */
-import type { MilBuilder, MlModel } from "@anemll-qwen35/ir";
+import type { MilBuilder, MlModel } from "@anemll-qwen35/ir/mil";
 import { analyzeModel, type ComputeUnits, type OpEntry } from "../src/index.js";
 
 /** The op entry named `name` in the model's main function (static analysis). */

@@ -1,5 +1,5 @@
 /** Graph interruptions as anemll-profile counts them: non-ANE runs between ANE ops; edge runs apart. */
-import { MilBuilder, tensorType } from "@anemll-qwen35/ir";
+import { MilBuilder, tensorType } from "@anemll-qwen35/ir/mil";
 import { describe, expect, it } from "vitest";
 import { costplan, findInterruptions, type OpEntry } from "../src/index.js";
 

@@ -6,7 +6,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { MilBuilder, type MlModel, tensorType, writeMlPackage } from "@anemll-qwen35/ir";
+import { MilBuilder, type MlModel, tensorType, writeMlPackage } from "@anemll-qwen35/ir/mil";
 import { describe, expect, it } from "vitest";
 import {
   analyzeModel,

@@ -2,7 +2,7 @@
  * FLOPs and bytes on graphs small enough to derive by hand. Each expectation is written as the
  * arithmetic that derives it (fp16 = 2 bytes, int32 = 4, a multiply-add = 2 FLOPs).
  */
-import { MIL_OPS, MilBuilder, tensorType } from "@anemll-qwen35/ir";
+import { MIL_OPS, MilBuilder, tensorType } from "@anemll-qwen35/ir/mil";
 import { describe, expect, it } from "vitest";
 import { analyzeModel, OP_FLOPS } from "../src/index.js";
 import { opNamed } from "./helpers.js";

@@ -4,7 +4,7 @@
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { MilBuilder, type MlModel, type Operation, tensorType } from "@anemll-qwen35/ir";
+import { MilBuilder, type MlModel, type Operation, tensorType } from "@anemll-qwen35/ir/mil";
 import { afterAll, describe, expect, it } from "vitest";
 import { ANE_MAX_DIM, PLACEMENT_RULES } from "../src/index.js";
 import { resolveDevice } from "../src/placement.js";

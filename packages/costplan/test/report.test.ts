@@ -1,5 +1,5 @@
 /** The report: schema round trip, roofline times, re-timing, text sections, compare. */
-import { MilBuilder, type MlModel, tensorType } from "@anemll-qwen35/ir";
+import { MilBuilder, type MlModel, tensorType } from "@anemll-qwen35/ir/mil";
 import { describe, expect, it } from "vitest";
 import {
   CHIPS,

@@ -2,7 +2,7 @@
  * Whole programs: a tiny-dimension version of the Qwen3.5 stand-in chain (same graph code as
  * bench/qwen35-standin.ts, small dims so it builds in milliseconds) and a multifunction package.
  */
-import { MilProgramBuilder, tensorType } from "@anemll-qwen35/ir";
+import { MilProgramBuilder, tensorType } from "@anemll-qwen35/ir/mil";
 import { describe, expect, it } from "vitest";
 import { buildStandInChain, type StandInConfig } from "../bench/qwen35-standin.js";
 import { compareReports, costplan } from "../src/index.js";

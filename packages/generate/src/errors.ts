@@ -1,4 +1,4 @@
-import { AnemllError } from "@anemll-qwen35/ir";
+import { AnemllError } from "@anemll-qwen35/core";
 
 /** A tokenizer file (`tokenizer.json`, `tokenizer_config.json`, …) that must exist does not. */
 export class MissingTokenizerFileError extends AnemllError {

@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from "@anemll-qwen35/ir";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import type { ChatMessage, ToolCall, ToolSpec } from "./chat-template.js";
 import { Sampler, type SamplingOptions } from "./sampler.js";
 import {

@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from "@anemll-qwen35/ir";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { UnsupportedSamplingError } from "./errors.js";
 import type { StepOutput } from "./step-model.js";
 

@@ -1,4 +1,4 @@
-import { AnemllError } from "@anemll-qwen35/ir";
+import { AnemllError } from "@anemll-qwen35/core";
 
 /**
  * What one forward step returns for the last position it consumed: either the full row of logits

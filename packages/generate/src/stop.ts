@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from "@anemll-qwen35/ir";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 
 /** What a piece of streamed text turned into after stop-string matching. */
 export interface StopMatch {

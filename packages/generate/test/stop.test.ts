@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from "@anemll-qwen35/ir";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
 import { partialSuffix, StopRules, StopStringMatcher } from "../src/index.js";
 

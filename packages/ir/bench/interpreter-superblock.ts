@@ -14,7 +14,7 @@ import { mkdirSync, renameSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { f32ToF16Bits } from "../src/dtype.js";
+import { f32ToF16Bits, type Tensor, tensor } from "@anemll-qwen35/core";
 import {
   MilBuilder,
   MilInterpreter,
@@ -23,7 +23,6 @@ import {
   type RunProfile,
   tensorType,
 } from "../src/mil/index.js";
-import { type Tensor, tensor } from "../src/tensor.js";
 
 const HIDDEN = 1024;
 const MLP = 3584;

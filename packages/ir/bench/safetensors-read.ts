@@ -15,7 +15,8 @@ import { cpus, loadavg } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { SafetensorsCheckpoint, writeFileAtomic, writeSyntheticCheckpoint } from "../src/checkpoint/index.js";
+import { SafetensorsCheckpoint, writeFileAtomic } from "../src/checkpoint/index.js";
+import { writeSyntheticCheckpoint } from "../test/testkit.js";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO_ROOT = resolve(HERE, "../../..");

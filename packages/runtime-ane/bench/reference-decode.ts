@@ -10,7 +10,7 @@ import { cpus, homedir, loadavg, totalmem } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { convert } from "@anemll-qwen35/converter";
-import { writeSyntheticCheckpoint } from "@anemll-qwen35/ir";
+import { writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));

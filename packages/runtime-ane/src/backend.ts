@@ -2,7 +2,9 @@
  * A backend loads one component package and runs predictions on it. The chain runner owns every
  * buffer and decides what to feed; backends only move tensors in and out (fp16 as bit patterns).
  */
-import type { ComponentIO, Tensor } from "@anemll-qwen35/ir";
+
+import type { Tensor } from "@anemll-qwen35/core";
+import type { ComponentIO } from "@anemll-qwen35/ir/chain";
 
 export type BackendName = "reference" | "coreml";
 

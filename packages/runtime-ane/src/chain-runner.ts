@@ -6,6 +6,7 @@
  * StepModel so the shared text loop drives it.
  */
 import { join } from "node:path";
+import { AnemllError, f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
 import {
   ContextOverflowError,
   type StepModel,
@@ -13,18 +14,13 @@ import {
   type StepOutput,
 } from "@anemll-qwen35/generate";
 import {
-  AnemllError,
   argmaxToken,
   type ChainManifest,
   type ChainManifestComponent,
   decodeMask,
-  f32ToF16Bits,
   type IoTensor,
   readChainManifest,
-  type Tensor,
-  tensor,
-  toFloat32,
-} from "@anemll-qwen35/ir";
+} from "@anemll-qwen35/ir/chain";
 import type { Backend, ComponentState, LoadedComponent } from "./backend.js";
 
 export interface LoadChainOptions {

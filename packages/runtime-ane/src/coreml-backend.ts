@@ -7,7 +7,8 @@ import { existsSync } from "node:fs";
 import { mkdir, rename, rm } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { type IoDType, type Tensor, tensor } from "@anemll-qwen35/ir";
+import { type Tensor, tensor } from "@anemll-qwen35/core";
+import type { IoDType } from "@anemll-qwen35/ir/chain";
 import type { Backend, ComponentState, LoadComponentOptions, LoadedComponent } from "./backend.js";
 import { type ComputeUnits, loadCoreMLAddon, type NativeState, type NativeTensor } from "./coreml-native.js";
 

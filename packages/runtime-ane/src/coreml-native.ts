@@ -8,7 +8,7 @@ import { createRequire } from "node:module";
 import { release } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { AnemllError } from "@anemll-qwen35/ir";
+import { AnemllError } from "@anemll-qwen35/core";
 
 export type ComputeUnits = "cpuAndNeuralEngine" | "cpuOnly" | "cpuAndGPU" | "all";
 

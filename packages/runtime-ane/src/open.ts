@@ -2,8 +2,9 @@
  * openChain(): the one call an app needs — a converted chain on a backend, plus its tokenizer,
  * ready for generate().
  */
+
+import { AnemllError } from "@anemll-qwen35/core";
 import { loadTokenizer, type Tokenizer } from "@anemll-qwen35/generate";
-import { AnemllError } from "@anemll-qwen35/ir";
 import type { Backend, BackendName } from "./backend.js";
 import { ChainRunner, type LoadChainOptions } from "./chain-runner.js";
 import { type CoreMLBackendOptions, coreMLBackend } from "./coreml-backend.js";

@@ -2,7 +2,9 @@
  * The reference backend: the ir interpreter runs the very MIL program that Core ML would run,
  * on any OS. `fp16` precision rounds every fp16 op result to fp16 as the ANE does.
  */
-import { checkProgram, MilInterpreter, type MilState, readMlPackage, type Tensor } from "@anemll-qwen35/ir";
+
+import type { Tensor } from "@anemll-qwen35/core";
+import { checkProgram, MilInterpreter, type MilState, readMlPackage } from "@anemll-qwen35/ir/mil";
 import type { Backend, ComponentState, LoadComponentOptions, LoadedComponent } from "./backend.js";
 
 export interface ReferenceBackendOptions {

@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { type ConvertOptions, convert } from "@anemll-qwen35/converter";
 import { ContextOverflowError, generate } from "@anemll-qwen35/generate";
-import { argmax, ChainManifestError, cosine, loadGolden, maxAbsDiff } from "@anemll-qwen35/ir";
+import { ChainManifestError } from "@anemll-qwen35/ir/chain";
+import { argmax, cosine, loadGolden, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
 import { beforeAll, describe, expect, it } from "vitest";
 import { ChainLoadError, openChain, UnknownBackendError } from "../src/index.js";
 

@@ -24,7 +24,7 @@ import { cpus, loadavg, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { defaultSyntheticDir, publishedConfigJson, writeSyntheticCheckpoint } from "@anemll-qwen35/ir";
+import { defaultSyntheticDir, publishedConfigJson, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { loadMlxModel, mx } from "../src/index.js";
 
 const HERE = fileURLToPath(new URL(".", import.meta.url));

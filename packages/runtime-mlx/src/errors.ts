@@ -2,7 +2,7 @@
  * Errors of the MLX layer. All extend the project's AnemllError (a stable `code` plus a message that
  * says what to fix); RuntimeMlxError is the common base of this package's errors.
  */
-import { AnemllError } from "@anemll-qwen35/ir";
+import { AnemllError } from "@anemll-qwen35/core";
 
 export class RuntimeMlxError extends AnemllError {}
 

@@ -11,15 +11,15 @@
  */
 
 import { join } from "node:path";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import type { StepModel, StepOptions, StepOutput } from "@anemll-qwen35/generate";
 import { ContextOverflowError } from "@anemll-qwen35/generate";
 import {
-  InvalidArgumentError,
   type Qwen35Config,
   type ResolveOptions,
   readQwen35Config,
   resolveModelRef,
-} from "@anemll-qwen35/ir";
+} from "@anemll-qwen35/ir/checkpoint";
 import { type DtypeLike, toDtype } from "./array.js";
 import { ModelDisposedError, RuntimeMlxError } from "./errors.js";
 import * as mx from "./mlx.js";

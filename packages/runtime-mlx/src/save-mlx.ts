@@ -10,12 +10,8 @@ import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
-import {
-  InvalidArgumentError,
-  type ResolveOptions,
-  readQwen35Config,
-  resolveModelRef,
-} from "@anemll-qwen35/ir";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
+import { type ResolveOptions, readQwen35Config, resolveModelRef } from "@anemll-qwen35/ir/checkpoint";
 import { type DtypeLike, toDtype } from "./array.js";
 import { MlxModelLoadError } from "./errors.js";
 import * as mx from "./mlx.js";

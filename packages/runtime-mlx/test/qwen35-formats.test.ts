@@ -6,7 +6,7 @@
 import { execFile } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { WeightError } from "@anemll-qwen35/ir";
+import { WeightError } from "@anemll-qwen35/ir/checkpoint";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { loadMlxModel, MlxModelLoadError, type MxArray, mx, saveMlxCheckpoint } from "../src/index.js";
 import { copyFixture, fixtureDir, maxAbsDiff, REPO_ROOT, readGolden, tempDir } from "./fixtures.js";

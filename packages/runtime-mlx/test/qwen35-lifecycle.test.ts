@@ -5,8 +5,9 @@
  */
 import { rmSync } from "node:fs";
 import { join } from "node:path";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { ContextOverflowError, generate, loadTokenizer } from "@anemll-qwen35/generate";
-import { InvalidArgumentError, WeightError } from "@anemll-qwen35/ir";
+import { WeightError } from "@anemll-qwen35/ir/checkpoint";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { loadMlxModel, ModelBusyError, ModelDisposedError, mx } from "../src/index.js";
 import { argmax, copyFixture, fixtureDir, logitsOf, readGolden, tempDir } from "./fixtures.js";

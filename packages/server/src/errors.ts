@@ -3,7 +3,7 @@
  * `{ "error": { "message", "type", "param", "code" } }` — the shape every OpenAI client parses
  * (openai-python / openai-node raise `BadRequestError`, `NotFoundError`, `RateLimitError`… from it).
  */
-import { AnemllError } from "@anemll-qwen35/ir";
+import { AnemllError } from "@anemll-qwen35/core";
 
 /** The `type` field of an OpenAI error body. */
 export type ApiErrorType =

@@ -7,8 +7,8 @@
 import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
+import { AnemllError } from "@anemll-qwen35/core";
 import { loadTokenizer, type SamplingOptions, type StepModel, type Tokenizer } from "@anemll-qwen35/generate";
-import { AnemllError } from "@anemll-qwen35/ir";
 import { type ComputeUnits, openChain } from "@anemll-qwen35/runtime-ane";
 import { ModelLoadError, ServerConfigError } from "./errors.js";
 import { ModelQueue } from "./queue.js";

@@ -3,8 +3,9 @@
  * limits. Everything a request can get wrong is found here, so it is refused (400) at once instead of
  * after waiting its turn.
  */
+
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { Sampler, type SamplingOptions, UnsupportedSamplingError } from "@anemll-qwen35/generate";
-import { InvalidArgumentError } from "@anemll-qwen35/ir";
 import { ApiError, invalidParam } from "./errors.js";
 import type { ServedModel } from "./models.js";
 

@@ -8,13 +8,13 @@
  */
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
 import type { ServerResponse } from "node:http";
+import { AnemllError, InvalidArgumentError } from "@anemll-qwen35/core";
 import {
   ContextOverflowError,
   type GenerationResult,
   generate,
   UnsupportedSamplingError,
 } from "@anemll-qwen35/generate";
-import { AnemllError, InvalidArgumentError } from "@anemll-qwen35/ir";
 import Fastify, {
   type FastifyInstance,
   type FastifyReply,

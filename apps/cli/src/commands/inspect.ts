@@ -1,5 +1,6 @@
 import { join } from "node:path";
-import { printProgram, readChainManifest, readMlPackage } from "@anemll-qwen35/ir";
+import { readChainManifest } from "@anemll-qwen35/ir/chain";
+import { printProgram, readMlPackage } from "@anemll-qwen35/ir/mil";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
 import { UsageError } from "../options.js";

@@ -1,5 +1,6 @@
 import { join } from "node:path";
-import { argmax, cosine, hasGolden, loadGolden, maxAbsDiff, readChainManifest } from "@anemll-qwen35/ir";
+import { readChainManifest } from "@anemll-qwen35/ir/chain";
+import { argmax, cosine, hasGolden, loadGolden, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
 import { openChain } from "@anemll-qwen35/runtime-ane";
 import type { Command } from "commander";
 import type { Context } from "../context.js";

@@ -6,7 +6,7 @@
  */
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { f16BitsToF32, f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/ir";
+import { f16BitsToF32, f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
 import type { LoadedComponent } from "@anemll-qwen35/runtime-ane";
 import { aneBackend } from "../backends.js";
 import type { ChartSpec } from "../charts.js";

@@ -3,7 +3,7 @@
  * builders is the model's own math. Sources: shared/reference/ane-toolchains.md §1.7, §1.8, §6
  * (ANEMLL, apple/ml-ane-transformers, Anemll/anemll-forge ANE_DELTANET_NUMERICS.md).
  */
-import type { MilBuilder, MilDType, MilVar } from "@anemll-qwen35/ir";
+import type { MilBuilder, MilDType, MilVar } from "@anemll-qwen35/ir/mil";
 
 /**
  * q and v scales of the Gated DeltaNet step in every dtype: on the ANE ~61 % of the q·S products
@@ -24,7 +24,7 @@ export const GDN_NORM_EPS_SCALE = GDN_O_SCALE * GDN_O_SCALE;
  * alike — and, being finite, it can never become inf − inf = NaN in a softmax that is decomposed or
  * fused differently on the device.
  */
-export { MASK_NEG } from "@anemll-qwen35/ir";
+export { MASK_NEG } from "@anemll-qwen35/ir/chain";
 
 /** A scalar or small literal typed like `like` (fp16 graphs keep every constant fp16). */
 export function scalar(value: number, like: MilVar): { data: number[]; dtype: MilDType; shape: number[] } {

@@ -4,7 +4,9 @@
  * `rotaryDim` dims; GQA without expanding K/V — the H/Hkv query heads of one KV head are the L
  * rows of that head's scaled_dot_product_attention; output × sigmoid(gate) → o_proj.
  */
-import type { MilBuilder, MilVar, Qwen35Config, StateType } from "@anemll-qwen35/ir";
+
+import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
+import type { MilBuilder, MilVar, StateType } from "@anemll-qwen35/ir/mil";
 import { conv1x1, rmsNormAne } from "./ane.js";
 import { zeroCentredGain } from "./norms.js";
 import type { GraphWeights } from "./weights.js";

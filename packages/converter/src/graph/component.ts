@@ -13,7 +13,7 @@
  * interpreter). A caller-supplied `builder` (e.g. one function of a MilProgramBuilder) is used
  * instead of a fresh one; its own blob sink, if any, then applies.
  */
-import { MilBuilder, type MlModel } from "@anemll-qwen35/ir";
+import { MilBuilder, type MlModel } from "@anemll-qwen35/ir/mil";
 import { buildEmbed } from "./embed.js";
 import { UnsupportedModelError } from "./errors.js";
 import type { ComponentIO } from "./io.js";

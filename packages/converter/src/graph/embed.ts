@@ -1,5 +1,5 @@
 /** The `embed` component: token id → its embedding row, channels-first (reference §2.1: no scaling). */
-import { tensorType } from "@anemll-qwen35/ir";
+import { tensorType } from "@anemll-qwen35/ir/mil";
 import type { ComponentIO } from "./io.js";
 import type { ResolvedOptions } from "./options.js";
 import type { GraphWeights } from "./weights.js";

@@ -1,5 +1,5 @@
 /** Typed errors of the graph builders. */
-import { AnemllError } from "@anemll-qwen35/ir";
+import { AnemllError } from "@anemll-qwen35/core";
 
 /**
  * The checkpoint is a Qwen3.5 model these ANE graphs do not cover (today: the MoE models, whose

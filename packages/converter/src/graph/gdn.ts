@@ -7,7 +7,7 @@
  * conv is the same: the window [3 cached columns | this token] is exactly one kernel wide, so each
  * channel's output is a 4-term dot product — mul + reduce_sum over the window, no conv op.
  */
-import type { MilVar } from "@anemll-qwen35/ir";
+import type { MilVar } from "@anemll-qwen35/ir/mil";
 import {
   conv1x1,
   GDN_NORM_EPS_SCALE,

@@ -3,7 +3,7 @@
  * dtype and role; the mask rule; the argmax pick) lives in ir's chain.ts so that runtimes read it
  * without depending on the converter. Re-exported here, with the converter's vocabulary split.
  */
-import type { LmHeadPiece } from "@anemll-qwen35/ir";
+import type { LmHeadPiece } from "@anemll-qwen35/ir/chain";
 
 export {
   argmaxToken,
@@ -17,7 +17,7 @@ export {
   type KvPlacement,
   type LmHeadPiece,
   type MaskRule,
-} from "@anemll-qwen35/ir";
+} from "@anemll-qwen35/ir/chain";
 
 /**
  * Splits `vocab` rows into the fewest pieces of at most `maxRows` rows, as even as possible, in

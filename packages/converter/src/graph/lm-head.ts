@@ -10,7 +10,7 @@
  * `argmax`, each piece reduces to its top-1 index and value in-graph, so only 2·k numbers leave
  * the device instead of the vocabulary's logits.
  */
-import { type MilVar, tensorType } from "@anemll-qwen35/ir";
+import { type MilVar, tensorType } from "@anemll-qwen35/ir/mil";
 import { conv1x1 } from "./ane.js";
 import { type ComponentIO, type IoTensor, planLmHeadPieces } from "./io.js";
 import { rmsNorm1p } from "./norms.js";

@@ -1,5 +1,5 @@
 /** Dense SwiGLU MLP (reference §2.5): down( silu(gate·x) ⊙ up·x ). */
-import type { MilVar } from "@anemll-qwen35/ir";
+import type { MilVar } from "@anemll-qwen35/ir/mil";
 import { conv1x1, siluTanh } from "./ane.js";
 import type { GraphWeights } from "./weights.js";
 

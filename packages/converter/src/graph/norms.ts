@@ -1,5 +1,5 @@
 /** The model's RMSNorms as graph constants: zero-centred gains folded to 1 + w in fp32. */
-import type { MilVar } from "@anemll-qwen35/ir";
+import type { MilVar } from "@anemll-qwen35/ir/mil";
 import { rmsNormAne } from "./ane.js";
 import { type GraphWeights, milName } from "./weights.js";
 

@@ -1,5 +1,7 @@
 /** What to build (ComponentSpec) and how (BuildOptions), with defaults and range checks. */
-import type { BlobSink, Qwen35Config } from "@anemll-qwen35/ir";
+
+import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
+import type { BlobSink } from "@anemll-qwen35/ir/mil";
 import { GraphOptionError } from "./errors.js";
 import type { GraphDType, KvPlacement } from "./io.js";
 import type { QuantOptions } from "./quant.js";

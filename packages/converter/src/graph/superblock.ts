@@ -4,7 +4,9 @@
  * with the mixer a Gated DeltaNet (layers 4s, 4s+1, 4s+2) or gated full attention (layer 4s+3).
  * The `superblocks` component fuses N consecutive super-blocks into one function.
  */
-import { type MilVar, type SuperBlock, tensorType } from "@anemll-qwen35/ir";
+
+import type { SuperBlock } from "@anemll-qwen35/ir/checkpoint";
+import { type MilVar, tensorType } from "@anemll-qwen35/ir/mil";
 import { GDN_V_SCALE, MASK_NEG } from "./ane.js";
 import { type AttentionStep, attentionLayer, type KvBinding, type RopeRow, ropeRow } from "./attention.js";
 import { type GdnStateIn, type GdnStep, gdnLayer } from "./gdn.js";

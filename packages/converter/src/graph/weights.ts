@@ -5,17 +5,9 @@
  * it has one. Nothing keeps a reference to a tensor after its constant is made, so peak memory is
  * about one stored tensor plus its encoded form.
  */
-import {
-  AnemllError,
-  f16BitsToF32,
-  fromFloat32,
-  type MilBuilder,
-  type MilDType,
-  type MilVar,
-  type Qwen35Config,
-  type Tensor,
-  toFloat32,
-} from "@anemll-qwen35/ir";
+import { AnemllError, f16BitsToF32, fromFloat32, type Tensor, toFloat32 } from "@anemll-qwen35/core";
+import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
+import type { MilBuilder, MilDType, MilVar } from "@anemll-qwen35/ir/mil";
 import { depalettize, palettize } from "../palettize.js";
 import { dequantizeInt8, quantizeInt8 } from "../quantize-int8.js";
 import {

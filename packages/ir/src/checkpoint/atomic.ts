@@ -6,7 +6,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, open, rename, rm, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { InvalidArgumentError } from "../errors.js";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 
 /** A hidden sibling path for `target`: `.name.tmp-<pid>-<random>`. */
 export function tempSiblingPath(target: string): string {

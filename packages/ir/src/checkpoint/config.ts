@@ -8,8 +8,8 @@
  * Field meanings follow HF transformers' Qwen3_5TextConfig / Qwen3_5MoeTextConfig.
  */
 import { readFile } from "node:fs/promises";
+import { AnemllError } from "@anemll-qwen35/core";
 import { z } from "zod";
-import { AnemllError } from "../errors.js";
 
 /** A config.json problem; names the file and the field (dotted path) and what was expected. */
 export class ConfigError extends AnemllError {

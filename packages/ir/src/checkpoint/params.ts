@@ -2,7 +2,7 @@
  * Parameter counts of the text model, summed from the expected tensor shapes (so they count
  * exactly what the converter will read; vision tower and MTP head excluded).
  */
-import { numel } from "../tensor.js";
+import { numel } from "@anemll-qwen35/core";
 import type { Qwen35Config } from "./config.js";
 import { expectedTensors } from "./weights.js";
 

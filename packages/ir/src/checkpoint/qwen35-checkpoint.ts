@@ -3,8 +3,7 @@
  * addressed by canonical names (see weights.ts).
  */
 import { join } from "node:path";
-import { type DType, storageFromBytes } from "../dtype.js";
-import { type Tensor, tensor, tensorToFloat32 } from "../tensor.js";
+import { type DType, storageFromBytes, type Tensor, tensor, tensorToFloat32 } from "@anemll-qwen35/core";
 import { type Qwen35Config, readQwen35Config } from "./config.js";
 import type { SafetensorsTensorInfo } from "./safetensors.js";
 import { SafetensorsCheckpoint } from "./sharded.js";

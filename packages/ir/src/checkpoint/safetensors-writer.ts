@@ -19,8 +19,15 @@
 import type { FileHandle } from "node:fs/promises";
 import { mkdir, open, rename, rm } from "node:fs/promises";
 import { dirname } from "node:path";
-import { BYTES_PER_ELEMENT, type DType, storageBytes } from "../dtype.js";
-import { numel, sameShape, shapeToString, type Tensor } from "../tensor.js";
+import {
+  BYTES_PER_ELEMENT,
+  type DType,
+  numel,
+  sameShape,
+  shapeToString,
+  storageBytes,
+  type Tensor,
+} from "@anemll-qwen35/core";
 import { tempSiblingPath } from "./atomic.js";
 import { DTYPE_TO_SAFETENSORS, MAX_HEADER_BYTES, SafetensorsError } from "./safetensors.js";
 

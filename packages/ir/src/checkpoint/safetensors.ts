@@ -11,9 +11,17 @@
  */
 import type { FileHandle } from "node:fs/promises";
 import { open } from "node:fs/promises";
-import { BYTES_PER_ELEMENT, type DType, storageFromBytes } from "../dtype.js";
-import { AnemllError } from "../errors.js";
-import { numel, shapeToString, type Tensor, tensor, tensorToFloat32 } from "../tensor.js";
+import {
+  AnemllError,
+  BYTES_PER_ELEMENT,
+  type DType,
+  numel,
+  shapeToString,
+  storageFromBytes,
+  type Tensor,
+  tensor,
+  tensorToFloat32,
+} from "@anemll-qwen35/core";
 import { findDuplicateKeys } from "./json-duplicates.js";
 
 /** Bad or unreadable safetensors data; names the file and, where it applies, the tensor. */

@@ -6,7 +6,7 @@
  */
 import { readFile, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import type { Tensor } from "../tensor.js";
+import type { Tensor } from "@anemll-qwen35/core";
 import { pathExists, writeFileAtomic } from "./atomic.js";
 import { findDuplicateKeys } from "./json-duplicates.js";
 import {

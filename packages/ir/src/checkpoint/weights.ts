@@ -11,9 +11,7 @@
  * `model.visual.*` (vision tower) and `mtp.*` (multi-token-prediction head) are dropped.
  * Layer tensor names follow HF modeling_qwen3_5.py / modeling_qwen3_5_moe.py.
  */
-import type { DType } from "../dtype.js";
-import { AnemllError } from "../errors.js";
-import { shapeToString } from "../tensor.js";
+import { AnemllError, type DType, shapeToString } from "@anemll-qwen35/core";
 import { type Qwen35Config, usesTiedEmbeddings } from "./config.js";
 
 /** A missing, mis-shaped or mis-typed tensor (or a list of them, in `problems`). */

@@ -11,9 +11,7 @@
  *   b.output("y", b.linear({ x, weight: w, name: "proj" }));
  *   const model = b.model();
  */
-import type { DType } from "../dtype.js";
-import { InvalidArgumentError } from "../errors.js";
-import type { Tensor } from "../tensor.js";
+import { type DType, InvalidArgumentError, type Tensor } from "@anemll-qwen35/core";
 import { MilProgramError, MilUnknownOpError } from "./errors.js";
 import { getOpDef, type InputInfo, type OpDef, opAvailableIn, specVersionForOpset } from "./ops/index.js";
 import type {

@@ -2,7 +2,7 @@
  * Typed errors of the MIL layer. Each names the op (type and name), the parameter or output and
  * what was expected, so that the message alone says what to fix.
  */
-import { AnemllError } from "../errors.js";
+import { AnemllError } from "@anemll-qwen35/core";
 
 /** Where in a program an error happened. */
 export interface OpLocation {

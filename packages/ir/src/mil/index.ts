@@ -1,6 +1,11 @@
+/**
+ * `@anemll-qwen35/ir/mil`: Core ML ML Programs — the program model, the op set (one definition per
+ * op), the builder, the type checker, the reference interpreter, and `.mlpackage` read/write.
+ */
 export * from "./builder.js";
 export * from "./check.js";
 export * from "./errors.js";
+export * from "./format/index.js";
 export * from "./fp16.js";
 export * from "./interpreter.js";
 export { type GemmOptions, gemmNT } from "./kernels/gemm.js";

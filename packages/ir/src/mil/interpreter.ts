@@ -14,9 +14,14 @@
  * Constants and constexpr_* results are materialised once and cached per op/value identity,
  * across runs and across interpreters over the same program.
  */
-import { type DType, f32ToF16Bits, toFloat32 } from "../dtype.js";
-import { InvalidArgumentError } from "../errors.js";
-import { type Tensor, tensor } from "../tensor.js";
+import {
+  type DType,
+  f32ToF16Bits,
+  InvalidArgumentError,
+  type Tensor,
+  tensor,
+  toFloat32,
+} from "@anemll-qwen35/core";
 import { resolveFunction } from "./check.js";
 import { MilNonFiniteError, MilProgramError, MilRuntimeError } from "./errors.js";
 import { countNonFinite, roundF16InPlace } from "./fp16.js";

@@ -7,8 +7,13 @@
  *   integer dtypes (int4..int64, uint1..uint32) -> Int32Array
  *   bool -> Uint8Array (0/1) · string -> string[]
  */
-import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from "../dtype.js";
-import { InvalidArgumentError } from "../errors.js";
+import {
+  bf16BitsToF32,
+  f16BitsToF32,
+  f32ToBf16Bits,
+  f32ToF16Bits,
+  InvalidArgumentError,
+} from "@anemll-qwen35/core";
 import { allocWeightF32 } from "./kernels/simd.js";
 import type { ConstValue, MilData, MilDType, TensorType } from "./program.js";
 import { tensorType } from "./program.js";

@@ -6,9 +6,9 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { numel } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
 import { expectedTensors, Qwen35Checkpoint } from "../../src/checkpoint/index.js";
-import { numel } from "../../src/tensor.js";
 
 const FIXTURES = fileURLToPath(new URL("../../../../fixtures/", import.meta.url));
 

@@ -3,6 +3,7 @@ import { existsSync } from "node:fs";
 import { open, readFile, truncate, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { bf16BitsToF32, f32ToBf16Bits, f32ToF16Bits, type Tensor, tensor } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
 import {
   encodeSafetensorsHeader,
@@ -11,8 +12,6 @@ import {
   SafetensorsWriter,
   writeSafetensors,
 } from "../../src/checkpoint/index.js";
-import { bf16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from "../../src/dtype.js";
-import { type Tensor, tensor } from "../../src/tensor.js";
 import { listDir, tempDir, vals } from "./helpers.js";
 
 const PYTHON = fileURLToPath(new URL("../../../../.venv/bin/python", import.meta.url));

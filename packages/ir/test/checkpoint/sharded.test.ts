@@ -1,5 +1,6 @@
 import { readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { tensor } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
 import {
   INDEX_FILE,
@@ -9,7 +10,6 @@ import {
   ShardedSafetensorsWriter,
   writeSafetensors,
 } from "../../src/checkpoint/index.js";
-import { tensor } from "../../src/tensor.js";
 import { listDir, tempDir, vals } from "./helpers.js";
 
 const t = (n: number, v: number) => tensor("f32", [n], new Float32Array(n).fill(v));

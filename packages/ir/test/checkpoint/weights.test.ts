@@ -1,5 +1,6 @@
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { bf16BitsToF32, fromFloat32, numel, tensor } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
 import {
   buildWeightMap,
@@ -13,10 +14,8 @@ import {
   type TensorSpec,
   WeightError,
   writeSafetensors,
-  writeSyntheticCheckpoint,
 } from "../../src/checkpoint/index.js";
-import { bf16BitsToF32, fromFloat32 } from "../../src/dtype.js";
-import { numel, tensor } from "../../src/tensor.js";
+import { writeSyntheticCheckpoint } from "../testkit.js";
 import { tempDir, tinyConfigJson, vals } from "./helpers.js";
 
 /** Writes config.json + model.safetensors with value(name, i) at flat index i. */

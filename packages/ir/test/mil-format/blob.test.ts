@@ -1,8 +1,8 @@
 import { mkdtempSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { f32ToF16Bits } from "@anemll-qwen35/core";
 import { afterAll, describe, expect, it } from "vitest";
-import { f32ToF16Bits } from "../../src/dtype.js";
 import { BlobReader, BlobWriter, DEFAULT_BLOB_FILE_NAME, readBlob } from "../../src/mil/format/blob.js";
 import { BLOB_DATA_TYPE } from "../../src/mil/format/dtypes.js";
 import { allocData } from "../../src/mil/format/elements.js";

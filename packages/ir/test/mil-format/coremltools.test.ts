@@ -13,9 +13,9 @@ import { BLOB_DATA_TYPE } from "../../src/mil/format/dtypes.js";
 import { BlobFormatError } from "../../src/mil/format/errors.js";
 import { readMlPackage, readMlPackageProto, writeMlPackage } from "../../src/mil/format/package.js";
 import { coremlProtoRoot, encodeModelProto } from "../../src/mil/format/proto.js";
-import { type CoremltoolsValidation, validateWithCoremltools } from "../../src/mil/format/validate.js";
 import type { MilData, MilDType, MlModel } from "../../src/mil/program.js";
 import { tensorType } from "../../src/mil/program.js";
+import { type CoremltoolsValidation, validateWithCoremltools } from "../testkit.js";
 import { type Availability, type OracleAnswer, requireAvailable, runOracle } from "./oracle.js";
 import {
   blockwiseModel,

@@ -1,5 +1,5 @@
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { InvalidArgumentError } from "../../src/errors.js";
 import {
   allocData,
   byteSizeOf,

@@ -4,7 +4,7 @@
  */
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { findCoremltoolsPython } from "../../src/mil/format/validate.js";
+import { findCoremltoolsPython } from "../testkit.js";
 
 const ORACLE = fileURLToPath(new URL("./coremltools_oracle.py", import.meta.url));
 

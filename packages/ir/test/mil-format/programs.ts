@@ -2,7 +2,7 @@
  * Small ML Programs built by hand (no builder) for the format tests. Every defaulted optional input
  * whose coremltools default is not None is emitted explicitly (linear's bias), as coremltools does.
  */
-import { f32ToF16Bits } from "../../src/dtype.js";
+import { f32ToF16Bits } from "@anemll-qwen35/core";
 import type { BlobReader } from "../../src/mil/format/blob.js";
 import type {
   Binding,

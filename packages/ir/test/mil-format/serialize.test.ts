@@ -1,8 +1,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { afterAll, describe, expect, it } from "vitest";
-import { InvalidArgumentError } from "../../src/errors.js";
 import { BlobReader, BlobWriter } from "../../src/mil/format/blob.js";
 import { describeModel, IoTypeError } from "../../src/mil/format/description.js";
 import { ARRAY_DATA_TYPE, MIL_DATA_TYPE } from "../../src/mil/format/dtypes.js";

@@ -1,5 +1,5 @@
+import { f16BitsToF32, tensor } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { f16BitsToF32 } from "../../src/dtype.js";
 import {
   type BlobRef,
   type BlobSink,
@@ -13,7 +13,6 @@ import {
   type TensorType,
   tensorType,
 } from "../../src/mil/index.js";
-import { tensor } from "../../src/tensor.js";
 
 const f16 = (shape: number[]) => tensorType("fp16", shape);
 

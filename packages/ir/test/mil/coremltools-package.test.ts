@@ -9,8 +9,8 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { f32ToF16Bits, tensor } from "@anemll-qwen35/core";
 import { afterAll, describe, expect, it } from "vitest";
-import { f32ToF16Bits } from "../../src/dtype.js";
 import { readMlPackage } from "../../src/mil/format/index.js";
 import {
   checkProgram,
@@ -19,7 +19,6 @@ import {
   type Precision,
   printProgram,
 } from "../../src/mil/index.js";
-import { tensor } from "../../src/tensor.js";
 
 const PYTHON = process.env.ANEMLL_PYTHON ?? new URL("../../../../.venv/bin/python", import.meta.url).pathname;
 const dir = mkdtempSync(join(tmpdir(), "mil-ct-"));

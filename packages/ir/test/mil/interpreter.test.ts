@@ -1,5 +1,5 @@
+import { f16BitsToF32, f32ToF16Bits, tensor } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { f16BitsToF32, f32ToF16Bits } from "../../src/dtype.js";
 import {
   type ConstValue,
   interpret,
@@ -9,7 +9,6 @@ import {
   type Program,
   tensorType,
 } from "../../src/mil/index.js";
-import { tensor } from "../../src/tensor.js";
 
 const f16 = (shape: number[]) => tensorType("fp16", shape);
 const f32t = (shape: number[], values: number[]) => tensor("f32", shape, Float32Array.from(values));

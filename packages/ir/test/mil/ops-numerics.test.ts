@@ -6,14 +6,9 @@
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { f32ToF16Bits, roundToF16, type Tensor, tensor } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { f32ToF16Bits, roundToF16 } from "../../src/dtype.js";
-import {
-  IoTypeError,
-  readMlPackage,
-  validateWithCoremltools,
-  writeMlPackage,
-} from "../../src/mil/format/index.js";
+import { IoTypeError, readMlPackage, writeMlPackage } from "../../src/mil/format/index.js";
 import {
   type Arg,
   type ConstInit,
@@ -25,7 +20,7 @@ import {
   tensorType,
 } from "../../src/mil/index.js";
 import type { MilDType } from "../../src/mil/program.js";
-import { type Tensor, tensor } from "../../src/tensor.js";
+import { validateWithCoremltools } from "../testkit.js";
 
 interface TensorSpec {
   dtype: MilDType;

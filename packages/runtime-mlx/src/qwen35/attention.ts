@@ -4,7 +4,7 @@
  * into the weights at load); partial neox RoPE on the first rotaryDim dims; GQA SDPA; the output is
  * multiplied by sigmoid(gate) before o_proj.
  */
-import type { Qwen35Config } from "@anemll-qwen35/ir";
+import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import * as mx from "../mlx.js";
 import type { MxArray } from "../native.js";
 import type { KvCache } from "./cache.js";

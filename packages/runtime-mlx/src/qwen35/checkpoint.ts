@@ -17,14 +17,14 @@
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import type { DType } from "@anemll-qwen35/core";
 import {
   assertWeights,
   checkWeights,
-  type DType,
   type Qwen35Config,
   SafetensorsError,
   type TensorListing,
-} from "@anemll-qwen35/ir";
+} from "@anemll-qwen35/ir/checkpoint";
 import { MlxModelLoadError } from "../errors.js";
 import * as mx from "../mlx.js";
 import type { Dtype, MxArray } from "../native.js";

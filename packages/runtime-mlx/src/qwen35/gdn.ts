@@ -7,7 +7,7 @@
  *   y, S         = gated delta rule over the tokens (fp32 state [1, Hv, Dv, Dk])
  *   out          = out_proj(gated_rms_norm(y, z))                          (plain w, not 1 + w)
  */
-import type { Qwen35Config } from "@anemll-qwen35/ir";
+import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import * as mx from "../mlx.js";
 import type { MxArray } from "../native.js";
 import type { GdnState } from "./cache.js";

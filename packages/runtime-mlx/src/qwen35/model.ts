@@ -6,7 +6,7 @@
  *   logits = lm_head(norm(h))      (lm_head = the embedding when tied)
  * Every RMSNorm weight here already holds 1 + w (baked in at load, as mlx-lm's sanitize does).
  */
-import type { Qwen35Config } from "@anemll-qwen35/ir";
+import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import * as mx from "../mlx.js";
 import type { MxArray } from "../native.js";
 import { type AttentionWeights, attention } from "./attention.js";

@@ -6,7 +6,7 @@
  *   routed   = Σ_k w_k · down_{idx_k}(silu(gate_{idx_k} x) · up_{idx_k} x)   (only the k experts run)
  *   out      = routed + sigmoid(shared_expert_gate x) · SwiGLU_shared(x)
  */
-import type { Qwen35Config } from "@anemll-qwen35/ir";
+import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import * as mx from "../mlx.js";
 import type { MxArray } from "../native.js";
 import { type FusedLinear, fusedGatherLinear, gatherLinear, linear, type Weight } from "./linear.js";

@@ -3,7 +3,7 @@
  * with their logical shapes from the config. They drive the validation of MLX-format checkpoints,
  * quantization at load, model building and saving.
  */
-import type { Qwen35Config } from "@anemll-qwen35/ir";
+import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 
 /**
  * - linear / embedding / experts: a module `name` with `name.weight` (float), or quantized

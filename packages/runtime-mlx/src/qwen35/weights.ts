@@ -6,7 +6,9 @@
  * matmul (q|k|v, GDN qkv|z|b|a, gate|up). Built and evaluated one layer at a time, so memory holds the
  * finished layers plus one layer in flight.
  */
-import { type Qwen35Config, shapeToString, WeightError } from "@anemll-qwen35/ir";
+
+import { shapeToString } from "@anemll-qwen35/core";
+import { type Qwen35Config, WeightError } from "@anemll-qwen35/ir/checkpoint";
 import { MlxModelLoadError } from "../errors.js";
 import * as mx from "../mlx.js";
 import type { Dtype, MxArray } from "../native.js";

@@ -13,7 +13,7 @@
  * at the end; the reader checks every offset and size against the file before reading.
  */
 import { closeSync, fstatSync, fsyncSync, openSync, readSync, writeSync } from "node:fs";
-import { numel } from "../../tensor.js";
+import { numel } from "@anemll-qwen35/core";
 import type { BlobRef, BlobSink, MilData, MilDType, TensorType } from "../program.js";
 import { BLOB_DATA_TYPE, blobDTypeFromCode, SUB_BYTE_BITS } from "./dtypes.js";
 import { byteSizeOf, checkConstData, elementsFromBytes, elementsToBytes, paddingBitsOf } from "./elements.js";

@@ -3,8 +3,7 @@
  * with sub-byte types packed LSB-first (shared/reference/coreml-format.md §3.3). The same bytes
  * go into weight-file payloads and into `TensorValue.bytes` immediates.
  */
-import { InvalidArgumentError } from "../../errors.js";
-import { numel } from "../../tensor.js";
+import { InvalidArgumentError, numel } from "@anemll-qwen35/core";
 import type { MilData, MilDType, TensorType } from "../program.js";
 import { SUB_BYTE_BITS } from "./dtypes.js";
 

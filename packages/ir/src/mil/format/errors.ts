@@ -1,4 +1,4 @@
-import { AnemllError } from "../../errors.js";
+import { AnemllError } from "@anemll-qwen35/core";
 
 /** Why a weight file was refused; one value per check the blob reader makes. */
 export type BlobErrorReason =

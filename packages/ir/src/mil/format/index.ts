@@ -7,4 +7,3 @@ export * from "./manifest.js";
 export * from "./package.js";
 export * from "./proto.js";
 export * from "./serialize.js";
-export * from "./validate.js";

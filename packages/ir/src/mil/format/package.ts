@@ -14,7 +14,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { lstat, mkdir, open, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { basename, dirname, join, relative, resolve, sep } from "node:path";
-import { numel } from "../../tensor.js";
+import { numel } from "@anemll-qwen35/core";
 import type { BlobRef, BlobSink, MilData, MlModel, TensorType } from "../program.js";
 import { typeToString } from "../program.js";
 import { BlobReader, BlobWriter, DEFAULT_BLOB_FILE_NAME, readBlob } from "./blob.js";

@@ -10,8 +10,7 @@
  * given and the value qualifies, weight-file blobs referenced by metadata offset. No docStrings,
  * no Function/Block attributes.
  */
-import { InvalidArgumentError } from "../../errors.js";
-import { numel } from "../../tensor.js";
+import { InvalidArgumentError, numel } from "@anemll-qwen35/core";
 import type {
   Binding,
   BlobRef,

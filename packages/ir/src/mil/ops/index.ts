@@ -1,5 +1,5 @@
 /** The op registry: every MIL op this package knows, by type. */
-import { InvalidArgumentError } from "../../errors.js";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { ATTENTION_OPS } from "./attention.js";
 import { CONSTEXPR_OPS } from "./constexpr.js";
 import { ELEMENTWISE_OPS } from "./elementwise.js";

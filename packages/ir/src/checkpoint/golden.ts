@@ -5,9 +5,8 @@
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { SafetensorsFile } from "./checkpoint/safetensors.js";
-import { toFloat32 } from "./dtype.js";
-import type { Tensor } from "./tensor.js";
+import { type Tensor, toFloat32 } from "@anemll-qwen35/core";
+import { SafetensorsFile } from "./safetensors.js";
 
 export interface Golden {
   readonly promptIds: number[];

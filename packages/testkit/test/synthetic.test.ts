@@ -2,23 +2,27 @@ import { readFileSync } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { describe, expect, it } from "vitest";
+import { numel, tensorToFloat32 } from "@anemll-qwen35/core";
 import {
-  defaultSyntheticDir,
   INDEX_FILE,
   parameterCounts,
   parseQwen35Config,
-  publishedConfigJson,
   Qwen35Checkpoint,
   SafetensorsCheckpoint,
+} from "@anemll-qwen35/ir/checkpoint";
+import { describe, expect, it } from "vitest";
+import {
+  defaultSyntheticDir,
+  publishedConfigJson,
   SYNTHETIC_SIZES,
   syntheticTensors,
+  tinyConfigJson,
   writeSyntheticCheckpoint,
-} from "../../src/checkpoint/index.js";
-import { numel, tensorToFloat32 } from "../../src/tensor.js";
-import { listDir, tempDir, tinyConfigJson } from "./helpers.js";
+} from "../src/index.js";
+import { listDir, tempDir } from "../src/temp.js";
 
-const DATA = fileURLToPath(new URL("./data/", import.meta.url));
+// the published configs, as kept by ir's config tests
+const DATA = fileURLToPath(new URL("../../ir/test/checkpoint/data/", import.meta.url));
 const TEST_DATA: Record<string, string> = {
   "0.8b": "qwen3.5-0.8b.config.json",
   "2b": "qwen3.5-2b.config.json",

@@ -11,37 +11,26 @@
  */
 import { copyFile, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { InvalidArgumentError } from "../errors.js";
-import { commitDirectory, pathExists, tempSiblingPath, writeFileAtomic } from "./atomic.js";
-import { type Qwen35Config, readQwen35Config } from "./config.js";
-import { SafetensorsWriter, type TensorSpec } from "./safetensors-writer.js";
-import { hfShardName, SafetensorsCheckpoint, ShardedSafetensorsWriter, SINGLE_FILE } from "./sharded.js";
-import { assertWeights, checkWeights, hfName } from "./weights.js";
-
-/** Files copied unchanged when present (tokenizer, chat template, generation defaults). */
-export const TEXT_SIDE_FILES = [
-  "tokenizer.json",
-  "tokenizer_config.json",
-  "special_tokens_map.json",
-  "added_tokens.json",
-  "vocab.json",
-  "merges.txt",
-  "chat_template.jinja",
-  "chat_template.json",
-  "generation_config.json",
-];
-
-export interface CheckpointProgress {
-  stage: "tensors" | "files" | "commit";
-  /** The tensor being written (stage "tensors"). */
-  tensor?: string;
-  /** Tensor bytes written so far. */
-  bytes: number;
-  /** Tensor bytes in total. */
-  totalBytes: number;
-  /** bytes / totalBytes (1 when done). */
-  fraction: number;
-}
+import { InvalidArgumentError } from "@anemll-qwen35/core";
+import {
+  assertWeights,
+  type CheckpointProgress,
+  checkWeights,
+  commitDirectory,
+  hfName,
+  hfShardName,
+  pathExists,
+  type Qwen35Config,
+  readQwen35Config,
+  SafetensorsCheckpoint,
+  SafetensorsWriter,
+  ShardedSafetensorsWriter,
+  SINGLE_FILE,
+  TEXT_SIDE_FILES,
+  type TensorSpec,
+  tempSiblingPath,
+  writeFileAtomic,
+} from "@anemll-qwen35/ir/checkpoint";
 
 export interface StripVlOptions {
   onProgress?: (p: CheckpointProgress) => void;

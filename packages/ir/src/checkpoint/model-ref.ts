@@ -7,8 +7,8 @@ import { existsSync, statSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
+import { AnemllError } from "@anemll-qwen35/core";
 import { downloadFileToCacheDir, listFiles, modelInfo } from "@huggingface/hub";
-import { AnemllError } from "./errors.js";
 
 export type ModelRef =
   | { readonly kind: "local"; readonly path: string }

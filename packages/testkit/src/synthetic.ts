@@ -17,14 +17,23 @@ import { createHash } from "node:crypto";
 import { copyFile, mkdir, readFile, rm, statfs } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { type DType, f32ToBf16Bits } from "../dtype.js";
-import { InvalidArgumentError } from "../errors.js";
-import { commitDirectory, pathExists, tempSiblingPath, writeFileAtomic } from "./atomic.js";
-import { parseQwen35Config, type Qwen35Config } from "./config.js";
-import type { TensorSpec } from "./safetensors-writer.js";
-import { INDEX_FILE, qwenShardName, ShardedSafetensorsWriter } from "./sharded.js";
-import { type CheckpointProgress, TEXT_SIDE_FILES } from "./strip-vl.js";
-import { expectedTensors, hfName } from "./weights.js";
+import { type DType, f32ToBf16Bits, InvalidArgumentError } from "@anemll-qwen35/core";
+import {
+  type CheckpointProgress,
+  commitDirectory,
+  expectedTensors,
+  hfName,
+  INDEX_FILE,
+  parseQwen35Config,
+  pathExists,
+  type Qwen35Config,
+  qwenShardName,
+  ShardedSafetensorsWriter,
+  TEXT_SIDE_FILES,
+  type TensorSpec,
+  tempSiblingPath,
+  writeFileAtomic,
+} from "@anemll-qwen35/ir/checkpoint";
 
 export type SyntheticSize = "0.8b" | "2b" | "4b" | "9b" | "35b-a3b";
 export const SYNTHETIC_SIZES: readonly SyntheticSize[] = ["0.8b", "2b", "4b", "9b", "35b-a3b"];

@@ -16,7 +16,7 @@ import {
   type SyntheticResult,
   type SyntheticSize,
   writeSyntheticCheckpoint,
-} from "../src/checkpoint/index.js";
+} from "../src/synthetic.js";
 
 const REPO_ROOT = resolve(fileURLToPath(new URL("../../..", import.meta.url)));
 

@@ -5,7 +5,12 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hfHubCacheDir, ModelRefError, parseModelRef, resolveModelRef } from "../src/model-ref.js";
+import {
+  hfHubCacheDir,
+  ModelRefError,
+  parseModelRef,
+  resolveModelRef,
+} from "../../src/checkpoint/model-ref.js";
 
 /**
  * A local stand-in for the four hub endpoints that @huggingface/hub's cache download uses

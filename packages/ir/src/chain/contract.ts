@@ -19,8 +19,8 @@
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
+import { AnemllError, InvalidArgumentError } from "@anemll-qwen35/core";
 import { z } from "zod";
-import { AnemllError, InvalidArgumentError } from "./errors.js";
 
 export type ComponentKind = "embed" | "superblocks" | "lm_head";
 export type GraphDType = "fp16" | "fp32";

@@ -1,18 +1,18 @@
 import { existsSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import {
   type CheckpointProgress,
   INDEX_FILE,
   Qwen35Checkpoint,
   SafetensorsCheckpoint,
-  stripVl,
   WeightError,
-  writeSyntheticCheckpoint,
-} from "../../src/checkpoint/index.js";
-import { InvalidArgumentError } from "../../src/errors.js";
-import { listDir, tempDir, tinyConfigJson, writeTokenizerFiles } from "./helpers.js";
+} from "@anemll-qwen35/ir/checkpoint";
+import { tinyConfigJson, writeSyntheticCheckpoint, writeTokenizerFiles } from "@anemll-qwen35/testkit";
+import { listDir, tempDir } from "@anemll-qwen35/testkit/temp";
+import { describe, expect, it } from "vitest";
+import { stripVl } from "../src/strip-vl.js";
 
 /** A tiny official-layout checkpoint: 2+ shards, vision tower, MTP head, tokenizer files. */
 async function makeVl(dir: string, opts: { moe?: boolean; tied?: boolean } = {}) {

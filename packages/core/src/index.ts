@@ -1,0 +1,3 @@
+export * from "./dtype.js";
+export * from "./errors.js";
+export * from "./tensor.js";

@@ -1,0 +1,3 @@
+export * from "./configs.js";
+export * from "./coremltools.js";
+export * from "./synthetic.js";
