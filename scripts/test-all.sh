@@ -5,5 +5,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 pnpm run build
+pnpm run typecheck
 pnpm run test
 pnpm run lint
