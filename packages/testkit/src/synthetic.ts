@@ -17,16 +17,17 @@ import { createHash } from "node:crypto";
 import { copyFile, mkdir, readFile, rm, statfs } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { type DType, f32ToBf16Bits, InvalidArgumentError } from "@anemll-qwen35/core";
+import { f32ToBf16Bits, InvalidArgumentError } from "@anemll-qwen35/core";
 import {
   type CheckpointProgress,
   commitDirectory,
-  expectedTensors,
   hfName,
   INDEX_FILE,
   parseQwen35Config,
   pathExists,
   type Qwen35Config,
+  type Qwen35Parameter,
+  qwen35Parameters,
   qwenShardName,
   ShardedSafetensorsWriter,
   TEXT_SIDE_FILES,
@@ -194,15 +195,20 @@ interface SyntheticTensor extends TensorSpec {
   init: Init;
 }
 
-function initFor(name: string): Init {
-  if (name.endsWith("A_log")) return { kind: "logUniform", lo: 1, hi: 16 };
-  if (name.endsWith("linear_attn.norm.weight")) return { kind: "normal", mean: 1, std: 0.02 }; // plain weight
-  if (name.endsWith("dt_bias")) return { kind: "normal", mean: 1, std: 0.02 };
-  if (name.endsWith("conv1d.weight")) return { kind: "normal", mean: 0, std: 0.2 };
+/** How the text model's tensors are drawn, from the parameter table (HF's init where it matters). */
+function textInit(p: Qwen35Parameter): Init {
+  if (p.role === "gdn.A_log") return { kind: "logUniform", lo: 1, hi: 16 };
+  if (p.role === "gdn.dt_bias") return { kind: "normal", mean: 1, std: 0.02 };
+  if (p.kind === "norm" && !p.zeroCentred) return { kind: "normal", mean: 1, std: 0.02 }; // plain gain
+  if (p.kind === "conv") return { kind: "normal", mean: 0, std: 0.2 };
+  return { kind: "normal", mean: 0, std: 0.02 }; // zero-centred norms (1 + w) and matrices
+}
+
+/** Vision tower and MTP head (not in the parameter table): their norms by name. */
+function extraInit(name: string): Init {
   if (name.startsWith("model.visual.") && /norm\d?\.weight$/.test(name))
     return { kind: "normal", mean: 1, std: 0.02 };
-  if (/norm[^.]*\.weight$/.test(name)) return { kind: "normal", mean: 0, std: 0.02 }; // zero-centred (1 + w)
-  return { kind: "normal", mean: 0, std: 0.02 };
+  return { kind: "normal", mean: 0, std: 0.02 }; // MTP norms are zero-centred like the text model's
 }
 
 function visionSpecs(vision: Record<string, number>): TensorSpec[] {
@@ -254,7 +260,7 @@ function mtpSpecs(config: Qwen35Config): TensorSpec[] {
   ];
   // reuse the text-model shapes of a full-attention layer (layer 3) for mtp.layers.0
   const fa = config.layerTypes.indexOf("full_attention");
-  for (const t of expectedTensors(config, { tied: true, expertLayout: "per-expert" })) {
+  for (const t of qwen35Parameters(config, { tied: true, expertLayout: "per-expert" })) {
     const prefix = `layers.${fa}.`;
     if (t.canonical.startsWith(prefix)) {
       specs.push({ name: `mtp.layers.0.${t.canonical.slice(prefix.length)}`, dtype: "bf16", shape: t.shape });
@@ -270,15 +276,19 @@ export function syntheticTensors(
 ): SyntheticTensor[] {
   const config = parseQwen35Config(configJson);
   const layout = config.source.layout;
-  const specs: TensorSpec[] = [];
-  for (const t of expectedTensors(config, { tied: config.tieWordEmbeddings })) {
-    const name = hfName(t.canonical, layout);
-    specs.push({ name, dtype: syntheticDType(name), shape: t.shape });
-  }
-  if (options.mtp ?? true) specs.push(...mtpSpecs(config));
+  const tensors: SyntheticTensor[] = qwen35Parameters(config, { tied: config.tieWordEmbeddings }).map(
+    (p) => ({
+      name: hfName(p.canonical, layout),
+      dtype: p.storedDtype,
+      shape: p.shape,
+      init: textInit(p),
+    }),
+  );
+  const extra: TensorSpec[] = [];
+  if (options.mtp ?? true) extra.push(...mtpSpecs(config));
   const vision = configJson.vision_config as Record<string, number> | undefined;
-  if ((options.vision ?? true) && vision) specs.push(...visionSpecs(vision));
-  return specs.map((s) => ({ ...s, init: initFor(s.name) }));
+  if ((options.vision ?? true) && vision) extra.push(...visionSpecs(vision));
+  return [...tensors, ...extra.map((s) => ({ ...s, init: extraInit(s.name) }))];
 }
 
 // --- random fill --------------------------------------------------------------------------------
@@ -537,9 +547,4 @@ export async function writeSyntheticCheckpoint(options: SyntheticOptions): Promi
     await rm(tmp, { recursive: true, force: true });
     throw err;
   }
-}
-
-/** Official checkpoints store GDN A_log and the gated norm weight in F32, everything else in BF16. */
-function syntheticDType(name: string): DType {
-  return name.endsWith("linear_attn.A_log") || name.endsWith("linear_attn.norm.weight") ? "f32" : "bf16";
 }

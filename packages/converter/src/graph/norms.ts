@@ -1,4 +1,5 @@
 /** The model's RMSNorms as graph constants: zero-centred gains folded to 1 + w in fp32. */
+import { AnemllError } from "@anemll-qwen35/core";
 import type { MilVar } from "@anemll-qwen35/ir/mil";
 import { rmsNormAne } from "./ane.js";
 import { type GraphWeights, milName } from "./weights.js";
@@ -12,6 +13,12 @@ export async function zeroCentredGain(
   canonical: string,
   shape: readonly number[],
 ): Promise<MilVar> {
+  if (!w.param(canonical).zeroCentred) {
+    throw new AnemllError(
+      "E_NOT_ZERO_CENTRED",
+      `"${canonical}" is a plain gain, not a zero-centred (1 + w) norm`,
+    );
+  }
   const raw = await w.float32(canonical);
   const gain = Float32Array.from(raw, (v) => Math.fround(1 + v));
   return w.constant(gain, shape, `${milName(canonical)}_1p`);

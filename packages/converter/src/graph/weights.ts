@@ -6,7 +6,7 @@
  * about one stored tensor plus its encoded form.
  */
 import { AnemllError, f16BitsToF32, fromFloat32, type Tensor, toFloat32 } from "@anemll-qwen35/core";
-import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
+import { type Qwen35Config, type Qwen35Parameter, qwen35ParameterMap } from "@anemll-qwen35/ir/checkpoint";
 import type { MilBuilder, MilDType, MilVar } from "@anemll-qwen35/ir/mil";
 import { depalettize, palettize } from "../palettize.js";
 import { dequantizeInt8, quantizeInt8 } from "../quantize-int8.js";
@@ -99,12 +99,22 @@ export class GraphWeights {
   readonly source: WeightSource;
   readonly dtype: "fp16" | "fp32";
   private readonly opts: GraphWeightsOptions;
+  private readonly params: ReadonlyMap<string, Qwen35Parameter>;
 
   constructor(b: MilBuilder, source: WeightSource, opts: GraphWeightsOptions) {
     this.b = b;
     this.source = source;
     this.dtype = opts.dtype;
     this.opts = opts;
+    this.params = qwen35ParameterMap(source.config, { tied: source.tiedEmbeddings });
+  }
+
+  /** The parameter table's entry for a tensor (what kind it is, whether its norm is zero-centred). */
+  param(canonical: string): Qwen35Parameter {
+    const p = this.params.get(canonical === "lm_head" && this.source.tiedEmbeddings ? "embed" : canonical);
+    if (!p)
+      throw new AnemllError("E_UNKNOWN_TENSOR", `"${canonical}" is not a tensor of this Qwen3.5 text model`);
+    return p;
   }
 
   /** A whole checkpoint tensor as fp32 values. */
@@ -129,6 +139,8 @@ export class GraphWeights {
    * layout, see ane.ts), stored as the role says.
    */
   async conv1x1Weight(canonical: string, role: WeightRole): Promise<MilVar> {
+    if (this.param(canonical).kind !== "projection")
+      throw new AnemllError("E_NOT_A_PROJECTION", `"${canonical}" is not a projection matrix`);
     const t = await this.stored(canonical);
     const [cout, cin] = t.shape;
     return this.encodeRows(t, 0, cout, [cin, 1, 1], role, milName(canonical));

@@ -13,6 +13,7 @@
  */
 import { AnemllError, type DType, shapeToString } from "@anemll-qwen35/core";
 import { type Qwen35Config, usesTiedEmbeddings } from "./config.js";
+import { type ExpertLayout, qwen35Parameters, WEIGHT_DTYPES } from "./params.js";
 
 /** A missing, mis-shaped or mis-typed tensor (or a list of them, in `problems`). */
 export class WeightError extends AnemllError {
@@ -134,88 +135,6 @@ export function buildWeightMap(names: Iterable<string>, file?: string): WeightMa
   return { toHf, layout, dropped, unknown };
 }
 
-export interface ExpectedTensor {
-  readonly canonical: string;
-  readonly shape: readonly number[];
-}
-
-export type ExpertLayout = "fused" | "per-expert";
-
-/** Float dtypes a weight may be stored in (official checkpoints: bf16, with f32 A_log and GDN norm). */
-export const WEIGHT_DTYPES: readonly DType[] = ["bf16", "f16", "f32"];
-
-/**
- * Every tensor the text model needs, with shapes from the config. `tied` leaves out lm_head;
- * `expertLayout` picks fused 3-D (`experts.gate_up_proj` [E, 2F, D], `experts.down_proj`
- * [E, D, F]) or per-expert 2-D expert tensors, per layer.
- */
-export function expectedTensors(
-  config: Qwen35Config,
-  options: { tied: boolean; expertLayout?: ExpertLayout | ((layer: number) => ExpertLayout) },
-): ExpectedTensor[] {
-  const D = config.hiddenSize;
-  const V = config.vocabSize;
-  const out: ExpectedTensor[] = [{ canonical: "embed", shape: [V, D] }];
-  const layoutOf =
-    typeof options.expertLayout === "function"
-      ? options.expertLayout
-      : () => (options.expertLayout as ExpertLayout) ?? "fused";
-  for (let i = 0; i < config.numHiddenLayers; i++) {
-    const p = `layers.${i}.`;
-    const add = (name: string, shape: number[]) => out.push({ canonical: p + name, shape });
-    add("input_layernorm.weight", [D]);
-    add("post_attention_layernorm.weight", [D]);
-    if (config.layerTypes[i] === "linear_attention") {
-      const Hv = config.linearNumValueHeads;
-      add("linear_attn.in_proj_qkv.weight", [config.convDim, D]);
-      add("linear_attn.in_proj_z.weight", [config.valueDim, D]);
-      add("linear_attn.in_proj_b.weight", [Hv, D]);
-      add("linear_attn.in_proj_a.weight", [Hv, D]);
-      add("linear_attn.conv1d.weight", [config.convDim, 1, config.linearConvKernelDim]);
-      add("linear_attn.dt_bias", [Hv]);
-      add("linear_attn.A_log", [Hv]);
-      add("linear_attn.norm.weight", [config.linearValueHeadDim]);
-      add("linear_attn.out_proj.weight", [D, config.valueDim]);
-    } else {
-      const hd = config.headDim;
-      const H = config.numAttentionHeads;
-      const Hkv = config.numKeyValueHeads;
-      add("self_attn.q_proj.weight", [2 * H * hd, D]); // per head: [query | gate]
-      add("self_attn.k_proj.weight", [Hkv * hd, D]);
-      add("self_attn.v_proj.weight", [Hkv * hd, D]);
-      add("self_attn.o_proj.weight", [D, H * hd]);
-      add("self_attn.q_norm.weight", [hd]);
-      add("self_attn.k_norm.weight", [hd]);
-    }
-    if (config.moe) {
-      const { numExperts: E, moeIntermediateSize: F, sharedExpertIntermediateSize: Fs } = config.moe;
-      add("mlp.gate.weight", [E, D]);
-      if (layoutOf(i) === "fused") {
-        add("mlp.experts.gate_up_proj", [E, 2 * F, D]); // gate rows 0..F-1, up rows F..2F-1
-        add("mlp.experts.down_proj", [E, D, F]);
-      } else {
-        for (let e = 0; e < E; e++) {
-          add(`mlp.experts.${e}.gate_proj.weight`, [F, D]);
-          add(`mlp.experts.${e}.up_proj.weight`, [F, D]);
-          add(`mlp.experts.${e}.down_proj.weight`, [D, F]);
-        }
-      }
-      add("mlp.shared_expert.gate_proj.weight", [Fs, D]);
-      add("mlp.shared_expert.up_proj.weight", [Fs, D]);
-      add("mlp.shared_expert.down_proj.weight", [D, Fs]);
-      add("mlp.shared_expert_gate.weight", [1, D]);
-    } else {
-      const F = config.intermediateSize!;
-      add("mlp.gate_proj.weight", [F, D]);
-      add("mlp.up_proj.weight", [F, D]);
-      add("mlp.down_proj.weight", [D, F]);
-    }
-  }
-  out.push({ canonical: "norm", shape: [D] });
-  if (!options.tied) out.push({ canonical: "lm_head", shape: [V, D] });
-  return out;
-}
-
 /** Per layer: fused if a fused expert tensor is present, per-expert if any per-expert one is. */
 export function detectExpertLayout(canonicalNames: Iterable<string>): (layer: number) => ExpertLayout {
   const perExpert = new Set<number>();
@@ -255,7 +174,7 @@ export function checkWeights(config: Qwen35Config, listing: TensorListing, file?
   const names = listing.names();
   const map = buildWeightMap(names, file);
   const tied = usesTiedEmbeddings(config, names);
-  const expected = expectedTensors(config, { tied, expertLayout: detectExpertLayout(map.toHf.keys()) });
+  const expected = qwen35Parameters(config, { tied, expertLayout: detectExpertLayout(map.toHf.keys()) });
   const problems: WeightError[] = [];
   const missing: string[] = [];
   const misshaped: string[] = [];

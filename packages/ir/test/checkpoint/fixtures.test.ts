@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { numel } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { expectedTensors, Qwen35Checkpoint } from "../../src/checkpoint/index.js";
+import { Qwen35Checkpoint, qwen35Parameters } from "../../src/checkpoint/index.js";
 
 const FIXTURES = fileURLToPath(new URL("../../../../fixtures/", import.meta.url));
 
@@ -21,7 +21,7 @@ describe("fixture checkpoints", () => {
       expect(ck.report.problems).toEqual([]);
       expect(ck.tensors.indexFile).toBeDefined();
       expect(ck.tensors.shardFiles.length).toBeGreaterThanOrEqual(2);
-      const expected = expectedTensors(ck.config, {
+      const expected = qwen35Parameters(ck.config, {
         tied: ck.tiedEmbeddings,
         expertLayout: (i) =>
           ck.weightMap.toHf.has(`layers.${i}.mlp.experts.gate_up_proj`) ? "fused" : "per-expert",

@@ -5,11 +5,11 @@ import { describe, expect, it } from "vitest";
 import {
   buildWeightMap,
   checkWeights,
-  expectedTensors,
   hfName,
   mapHfName,
   parseQwen35Config,
   Qwen35Checkpoint,
+  qwen35Parameters,
   SafetensorsCheckpoint,
   type TensorSpec,
   WeightError,
@@ -42,7 +42,7 @@ function specsFor(
 ) {
   const config = parseQwen35Config(configJson);
   const layout = opts.layout ?? config.source.layout;
-  return expectedTensors(config, { tied: config.tieWordEmbeddings, expertLayout: opts.expertLayout }).map(
+  return qwen35Parameters(config, { tied: config.tieWordEmbeddings, expertLayout: opts.expertLayout }).map(
     (t) => ({
       name: hfName(t.canonical, layout),
       dtype: /A_log$|linear_attn\.norm\.weight$/.test(t.canonical) ? ("f32" as const) : ("bf16" as const),
@@ -113,7 +113,7 @@ describe("weight map", () => {
       rms_norm_eps: 1e-6,
       rope_parameters: { rope_theta: 1e7, partial_rotary_factor: 0.25 },
     });
-    const shapes = new Map(expectedTensors(c, { tied: true }).map((t) => [t.canonical, t.shape]));
+    const shapes = new Map(qwen35Parameters(c, { tied: true }).map((t) => [t.canonical, t.shape]));
     // reference §3.3, 0.8B
     expect(shapes.get("embed")).toEqual([248320, 1024]);
     expect(shapes.has("lm_head")).toBe(false);

@@ -22,6 +22,7 @@ import {
   assertWeights,
   checkWeights,
   type Qwen35Config,
+  qwen35Parameters,
   SafetensorsError,
   type TensorListing,
 } from "@anemll-qwen35/ir/checkpoint";
@@ -186,14 +187,6 @@ export interface MlxView {
   dispose(): void;
 }
 
-const ZERO_CENTRED = [
-  /\.input_layernorm\.weight$/,
-  /\.post_attention_layernorm\.weight$/,
-  /^model\.norm\.weight$/,
-  /\.q_norm\.weight$/,
-  /\.k_norm\.weight$/,
-];
-
 const layerOf = (name: string): number => {
   const m = /\.layers\.(\d+)\./.exec(name);
   return m ? Number(m[1]) : -1;
@@ -234,6 +227,12 @@ function hfView(raw: RawTensors, config: Qwen35Config): MlxView {
     const hf = toHf.get(c);
     return hf === undefined ? undefined : raw.get(hf);
   };
+  // the norms that store w for a model that multiplies by 1 + w (never linear_attn.norm)
+  const zeroCentred = new Set(
+    qwen35Parameters(config, { tied: report.tied })
+      .filter((p) => p.zeroCentred)
+      .map((p) => p.canonical),
+  );
   const E = config.moe?.numExperts ?? 0;
   const F = config.moe?.moeIntermediateSize ?? 0;
 
@@ -259,7 +258,7 @@ function hfView(raw: RawTensors, config: Qwen35Config): MlxView {
     const a = c === undefined ? undefined : read(c);
     if (a === undefined) return undefined;
     if (CONV.test(name)) return mx.transpose(a, [0, 2, 1]); // [C, 1, K] → [C, K, 1]
-    if (ZERO_CENTRED.some((re) => re.test(name))) return mx.add(mx.astype(a, "float32"), 1);
+    if (zeroCentred.has(c as string)) return mx.add(mx.astype(a, "float32"), 1);
     return mx.reshape(a, a.shape);
   };
   return {

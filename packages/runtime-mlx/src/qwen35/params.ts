@@ -3,7 +3,7 @@
  * with their logical shapes from the config. They drive the validation of MLX-format checkpoints,
  * quantization at load, model building and saving.
  */
-import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
+import { type Qwen35Config, type Qwen35Parameter, qwen35Parameters } from "@anemll-qwen35/ir/checkpoint";
 
 /**
  * - linear / embedding / experts: a module `name` with `name.weight` (float), or quantized
@@ -29,56 +29,50 @@ export interface ParamSpec {
 export const isQuantizable = (kind: ParamKind): boolean =>
   kind === "linear" || kind === "embedding" || kind === "experts";
 
-/** Every parameter, in file order: embedding, layers, final norm, head (absent when tied). */
+/** mlx-lm's name for a canonical (ir) tensor name: `model.` + the HF rest; modules without `.weight`. */
+function mlxName(p: Qwen35Parameter): string {
+  if (p.canonical === "embed") return "model.embed_tokens";
+  if (p.canonical === "lm_head") return "lm_head";
+  const name = p.canonical === "norm" ? "model.norm.weight" : `model.${p.canonical}`;
+  return p.quantizable ? name.replace(/\.weight$/, "") : name;
+}
+
+const MLX_KIND: Readonly<Record<Qwen35Parameter["kind"], ParamKind>> = {
+  projection: "linear",
+  embedding: "embedding",
+  experts: "experts",
+  norm: "vector",
+  vector: "vector",
+  conv: "conv",
+};
+
+/**
+ * Every parameter in mlx-lm's layout and file order (embedding, layers, final norm, head — absent
+ * when tied), derived from ir's parameter table: conv [C, 1, K] → [C, K, 1], fused experts
+ * `experts.gate_up_proj` [E, 2F, D] → `switch_mlp.gate_proj` + `switch_mlp.up_proj` [E, F, D].
+ */
 export function paramSpecs(cfg: Qwen35Config, tied: boolean): ParamSpec[] {
-  const D = cfg.hiddenSize;
-  const out: ParamSpec[] = [
-    { name: "model.embed_tokens", kind: "embedding", shape: [cfg.vocabSize, D], layer: -1 },
-  ];
-  for (let i = 0; i < cfg.numHiddenLayers; i++) {
-    const p = `model.layers.${i}.`;
-    const add = (name: string, kind: ParamKind, shape: number[], extra: Partial<ParamSpec> = {}) =>
-      out.push({ name: p + name, kind, shape, layer: i, ...extra });
-    add("input_layernorm.weight", "vector", [D]);
-    add("post_attention_layernorm.weight", "vector", [D]);
-    if (cfg.layerTypes[i] === "linear_attention") {
-      const Hv = cfg.linearNumValueHeads;
-      add("linear_attn.in_proj_qkv", "linear", [cfg.convDim, D]);
-      add("linear_attn.in_proj_z", "linear", [cfg.valueDim, D]);
-      add("linear_attn.in_proj_b", "linear", [Hv, D]);
-      add("linear_attn.in_proj_a", "linear", [Hv, D]);
-      add("linear_attn.conv1d.weight", "conv", [cfg.convDim, cfg.linearConvKernelDim, 1]);
-      add("linear_attn.dt_bias", "vector", [Hv]);
-      add("linear_attn.A_log", "vector", [Hv], { float32: true });
-      add("linear_attn.norm.weight", "vector", [cfg.linearValueHeadDim]);
-      add("linear_attn.out_proj", "linear", [D, cfg.valueDim]);
-    } else {
-      const { numAttentionHeads: H, numKeyValueHeads: Hkv, headDim: hd } = cfg;
-      add("self_attn.q_proj", "linear", [2 * H * hd, D]);
-      add("self_attn.k_proj", "linear", [Hkv * hd, D]);
-      add("self_attn.v_proj", "linear", [Hkv * hd, D]);
-      add("self_attn.o_proj", "linear", [D, H * hd]);
-      add("self_attn.q_norm.weight", "vector", [hd]);
-      add("self_attn.k_norm.weight", "vector", [hd]);
+  const out: ParamSpec[] = [];
+  for (const p of qwen35Parameters(cfg, { tied, expertLayout: "fused" })) {
+    const common = {
+      kind: MLX_KIND[p.kind],
+      layer: p.layer,
+      bits: p.mlxBits,
+      float32: p.float32 || undefined,
+    };
+    if (p.kind === "experts") {
+      const bank = `model.layers.${p.layer}.mlp.switch_mlp`;
+      const [E, rows, cols] = p.shape;
+      if (p.role === "moe.experts.gate_up_proj") {
+        out.push({ ...common, name: `${bank}.gate_proj`, shape: [E, rows / 2, cols] });
+        out.push({ ...common, name: `${bank}.up_proj`, shape: [E, rows / 2, cols] });
+      } else {
+        out.push({ ...common, name: `${bank}.down_proj`, shape: p.shape });
+      }
+      continue;
     }
-    if (cfg.moe) {
-      const { numExperts: E, moeIntermediateSize: F, sharedExpertIntermediateSize: Fs } = cfg.moe;
-      add("mlp.gate", "linear", [E, D], { bits: 8 });
-      add("mlp.switch_mlp.gate_proj", "experts", [E, F, D]);
-      add("mlp.switch_mlp.up_proj", "experts", [E, F, D]);
-      add("mlp.switch_mlp.down_proj", "experts", [E, D, F]);
-      add("mlp.shared_expert.gate_proj", "linear", [Fs, D]);
-      add("mlp.shared_expert.up_proj", "linear", [Fs, D]);
-      add("mlp.shared_expert.down_proj", "linear", [D, Fs]);
-      add("mlp.shared_expert_gate", "linear", [1, D], { bits: 8 });
-    } else {
-      const F = cfg.intermediateSize!;
-      add("mlp.gate_proj", "linear", [F, D]);
-      add("mlp.up_proj", "linear", [F, D]);
-      add("mlp.down_proj", "linear", [D, F]);
-    }
+    const shape = p.kind === "conv" ? [p.shape[0], p.shape[2], p.shape[1]] : p.shape;
+    out.push({ ...common, name: mlxName(p), shape });
   }
-  out.push({ name: "model.norm.weight", kind: "vector", shape: [D], layer: -1 });
-  if (!tied) out.push({ name: "lm_head", kind: "linear", shape: [cfg.vocabSize, D], layer: -1 });
   return out;
 }
