@@ -105,7 +105,7 @@ for (const name of ["tiny-tied", "tiny-gqa"]) {
 
     it("fp32 program, fp32 interpreter: logits within 1e-3 of HF at every step, identical greedy tokens, per-super-block hidden states", async () => {
       parts32 = await chain("fp32", { ctx: CTX, dtype: "fp32" }, true);
-      fp32Run = runChain(new ReferenceChain(parts32, { precision: "fp32" }), g.promptIds, steps());
+      fp32Run = await runChain(new ReferenceChain(parts32, { precision: "fp32" }), g.promptIds, steps());
       const T = g.promptIds.length;
       const prompt = Math.max(...g.promptLogits.map((l, t) => maxAbsDiff(fp32Run.logits[t], l)));
       const decode = Math.max(...g.decodeLogits.map((l, i) => maxAbsDiff(fp32Run.logits[T + i], l)));
@@ -139,7 +139,7 @@ for (const name of ["tiny-tied", "tiny-gqa"]) {
       const parts = await chain("fp32fused", { ctx: CTX, dtype: "fp32" }, false);
       expect(parts.superblocks).toHaveLength(1);
       expect(parts.superblocks[0].io.layers).toEqual([...Array(ck.config.numHiddenLayers).keys()]);
-      const fused = runChain(new ReferenceChain(parts, { precision: "fp32" }), g.promptIds, steps());
+      const fused = await runChain(new ReferenceChain(parts, { precision: "fp32" }), g.promptIds, steps());
       const d = maxDiff(fused, fp32Run.logits);
       report(name, "fused vs split max |Δlogit|", d.toExponential(2));
       expect(d).toBeLessThanOrEqual(1e-6);
@@ -153,7 +153,7 @@ for (const name of ["tiny-tied", "tiny-gqa"]) {
         const fp32Io = [...p.io.inputs, ...p.io.outputs].filter((t) => t.dtype === "fp32");
         expect(fp32Io, "an fp16 program has no fp32 I/O").toEqual([]);
       }
-      fp16Run = runChain(
+      fp16Run = await runChain(
         new ReferenceChain(parts, { precision: "fp16", flushSubnormals: true }),
         g.promptIds,
         steps(),
@@ -168,7 +168,7 @@ for (const name of ["tiny-tied", "tiny-gqa"]) {
       expect(fp16Run.tokens).toEqual(g.generatedIds);
       for (const c of cos) expect(c).toBeGreaterThanOrEqual(0.999);
 
-      const asFp32 = runChain(new ReferenceChain(parts, { precision: "fp32" }), g.promptIds, steps());
+      const asFp32 = await runChain(new ReferenceChain(parts, { precision: "fp32" }), g.promptIds, steps());
       report(name, "fp16 program in fp32 mode max |Δlogit| (no bar)", maxDiff(asFp32, hfRows).toFixed(4));
       expect(asFp32.tokens).toEqual(g.generatedIds);
     });
@@ -183,7 +183,7 @@ for (const name of ["tiny-tied", "tiny-gqa"]) {
       expect(sb16.io.states).toHaveLength(1);
       expect(sb16.io.states[0].shape).toEqual([2 * n, ck.config.numKeyValueHeads, CTX, ck.config.headDim]);
       expect(sb16.io.inputs.some((t) => t.role.kind === "kv_cache")).toBe(false);
-      const r16 = runChain(
+      const r16 = await runChain(
         new ReferenceChain({ ...parts16, superblocks: [sb16] }, { precision: "fp16", flushSubnormals: true }),
         g.promptIds,
         steps(),
@@ -197,7 +197,7 @@ for (const name of ["tiny-tied", "tiny-gqa"]) {
         { kind: "superblocks", first: 0, count: n },
         { ctx: CTX, state: "mlstate", dtype: "fp32" },
       );
-      const r32 = runChain(
+      const r32 = await runChain(
         new ReferenceChain({ ...parts32, superblocks: [sb32] }, { precision: "fp32" }),
         g.promptIds,
         steps(),
@@ -222,7 +222,7 @@ for (const name of ["tiny-tied", "tiny-gqa"]) {
       expect(pieces.length).toBeGreaterThan(1);
       expect(pieces.reduce((s, p) => s + p.rows, 0)).toBe(V);
       for (const p of pieces) expect(p.rows).toBeLessThanOrEqual(maxRows);
-      const split = runChain(
+      const split = await runChain(
         new ReferenceChain({ ...parts32, lmHead: splitHead }, { precision: "fp32" }),
         g.promptIds,
         steps(),
@@ -236,7 +236,7 @@ for (const name of ["tiny-tied", "tiny-gqa"]) {
         { ctx: CTX, lmHeadMaxRows: maxRows, argmax: true },
       );
       expect(argHead.io.outputs.map((t) => t.name)).toEqual(["argmax_idx", "argmax_val"]);
-      const am = runChain(
+      const am = await runChain(
         new ReferenceChain({ ...parts16, lmHead: argHead }, { precision: "fp16", flushSubnormals: true }),
         g.promptIds,
         steps(),
@@ -251,8 +251,8 @@ for (const name of ["tiny-tied", "tiny-gqa"]) {
     it("LUT / int8 variants: top-1 agreement and mean KL(HF fp32 ‖ quantized) over the decode steps (no bar)", async () => {
       const T = g.promptIds.length;
       /** Teacher-forced on the HF greedy tokens, so that every decode step compares the same context. */
-      const measure = (tag: string, parts: ChainParts, reports: WeightEncodingReport[]) => {
-        const r = runChain(
+      const measure = async (tag: string, parts: ChainParts, reports: WeightEncodingReport[]) => {
+        const r = await runChain(
           new ReferenceChain(parts, { precision: "fp16", flushSubnormals: true }),
           g.promptIds,
           steps(),
@@ -274,7 +274,7 @@ for (const name of ["tiny-tied", "tiny-gqa"]) {
         );
         return measure(tag, parts, reports);
       };
-      const fp16 = measure("fp16 (plain)", parts16, fp16Reports);
+      const fp16 = await measure("fp16 (plain)", parts16, fp16Reports);
       const lut = await quantized("q_lut4body_lut6head", {
         body: { kind: "lut", bits: 4 },
         lmHead: { kind: "lut", bits: 6 },

@@ -4,14 +4,12 @@
  */
 
 import type { Tensor } from "@anemll-qwen35/core";
-import type { ComponentIO } from "@anemll-qwen35/ir/chain";
+import type { ChainComponentState, ComponentIO } from "@anemll-qwen35/ir/chain";
 
 export type BackendName = "reference" | "coreml";
 
 /** A Core ML state (mlstate KV) or the interpreter's equivalent; opaque to the chain runner. */
-export interface ComponentState {
-  reset(): void;
-}
+export type ComponentState = ChainComponentState;
 
 export interface LoadedComponent {
   newState(): ComponentState;

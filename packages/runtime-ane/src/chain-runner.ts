@@ -1,26 +1,18 @@
 /**
  * ChainRunner: runs a converted chain (model.json + packages) one token at a time,
- * embed → super-block packages → lm_head, over a backend. It owns every state buffer (GDN conv and
- * recurrent states, KV caches as host buffers or Core ML states), builds position and mask for each
- * step from the components' declared roles, merges a split lm_head, and implements generate's
- * StepModel so the shared text loop drives it.
+ * embed → super-block packages → lm_head, over a backend, with ir's chain protocol (ChainStepper:
+ * state buffers, positions and masks from the components' roles, KV row writes, split-head merge),
+ * and implements generate's StepModel so the shared text loop drives it.
  */
 import { join } from "node:path";
-import { AnemllError, f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
+import { AnemllError, type Tensor } from "@anemll-qwen35/core";
 import {
   ContextOverflowError,
   type StepModel,
   type StepOptions,
   type StepOutput,
 } from "@anemll-qwen35/generate";
-import {
-  argmaxToken,
-  type ChainManifest,
-  type ChainManifestComponent,
-  decodeMask,
-  type IoTensor,
-  readChainManifest,
-} from "@anemll-qwen35/ir/chain";
+import { type ChainManifest, ChainStepper, readChainManifest } from "@anemll-qwen35/ir/chain";
 import type { Backend, ComponentState, LoadedComponent } from "./backend.js";
 
 export interface LoadChainOptions {
@@ -46,48 +38,14 @@ export class ChainLoadError extends AnemllError {
   }
 }
 
-interface Stage {
-  readonly entry: ChainManifestComponent;
-  readonly loaded: LoadedComponent;
-  /** Host buffers bound to inputs by name: GDN states and io KV caches. */
-  readonly buffers: Map<string, Tensor>;
-  state: ComponentState | undefined;
-}
-
-function zeros(t: IoTensor): Tensor {
-  if (t.dtype === "int32") return tensor("i32", t.shape);
-  return tensor(t.dtype === "fp16" ? "f16" : "f32", t.shape);
-}
-
-function maskTensor(t: IoTensor, values: Float32Array): Tensor {
-  if (t.dtype === "fp16") return tensor("f16", t.shape, Uint16Array.from(values, f32ToF16Bits));
-  return tensor("f32", t.shape, values);
-}
-
-/** Writes `row` ([1, H, 1, d]) into `cache` ([1, H, ctx, d]) at `position`, converting the dtype. */
-function writeKvRow(cache: Tensor, row: Tensor, position: number): void {
-  const [, heads, ctx, d] = cache.shape;
-  const src = toFloat32(row.dtype, row.data);
-  for (let h = 0; h < heads; h++) {
-    const base = (h * ctx + position) * d;
-    if (cache.dtype === "f16") {
-      const dst = cache.data as Uint16Array;
-      for (let i = 0; i < d; i++) dst[base + i] = f32ToF16Bits(src[h * d + i]);
-    } else {
-      (cache.data as Float32Array).set(src.subarray(h * d, (h + 1) * d), base);
-    }
-  }
-}
-
 export class ChainRunner implements StepModel {
   readonly manifest: ChainManifest;
   readonly dir: string;
   readonly backend: Backend;
   readonly contextLength: number;
   readonly outputKind: "logits" | "top1";
-  private readonly embed: Stage;
-  private readonly blocks: Stage[];
-  private readonly head: Stage;
+  private readonly components: readonly LoadedComponent[];
+  private readonly stepper: ChainStepper;
   private readonly overflow: "error" | "slide";
   private readonly slideKeep: number;
   /** Every token consumed since reset (needed to refill the window when sliding). */
@@ -98,7 +56,7 @@ export class ChainRunner implements StepModel {
     dir: string,
     manifest: ChainManifest,
     backend: Backend,
-    stages: Stage[],
+    loaded: LoadedComponent[],
     o: LoadChainOptions,
   ) {
     this.dir = dir;
@@ -106,18 +64,22 @@ export class ChainRunner implements StepModel {
     this.backend = backend;
     this.contextLength = manifest.ctx;
     this.outputKind = manifest.argmax ? "top1" : "logits";
-    this.embed = stages[0];
-    this.blocks = stages.slice(1, -1);
-    this.head = stages[stages.length - 1];
+    this.components = loaded;
+    const parts = manifest.components.map((entry, i) => ({
+      name: entry.name,
+      io: entry.io,
+      newState: () => loaded[i].newState(),
+      predict: (inputs: Record<string, Tensor>, state?: ComponentState) => loaded[i].predict(inputs, state),
+    }));
+    this.stepper = new ChainStepper(parts[0], parts.slice(1, -1), parts[parts.length - 1]);
     this.overflow = o.contextOverflow ?? "error";
     this.slideKeep = o.slideKeep ?? 0.5;
-    this.resetBuffers();
   }
 
   /** Reads model.json and loads every package through the backend. */
   static async load(dir: string, options: LoadChainOptions): Promise<ChainRunner> {
     const manifest = await readChainManifest(dir);
-    const stages: Stage[] = [];
+    const loaded: LoadedComponent[] = [];
     try {
       for (const [index, entry] of manifest.components.entries()) {
         options.signal?.throwIfAborted();
@@ -127,28 +89,28 @@ export class ChainRunner implements StepModel {
           index,
           total: manifest.components.length,
         });
-        let loaded: LoadedComponent;
         try {
-          loaded = await options.backend.load(join(dir, entry.file), {
-            name: entry.name,
-            functionName: entry.function,
-            io: entry.io,
-            sha256: entry.sha256,
-            signal: options.signal,
-          });
+          loaded.push(
+            await options.backend.load(join(dir, entry.file), {
+              name: entry.name,
+              functionName: entry.function,
+              io: entry.io,
+              sha256: entry.sha256,
+              signal: options.signal,
+            }),
+          );
         } catch (err) {
           if ((err as Error).name === "AbortError") throw err;
           throw new ChainLoadError(entry.name, `could not load ${entry.file}: ${(err as Error).message}`, {
             cause: err,
           });
         }
-        stages.push({ entry, loaded, buffers: new Map(), state: undefined });
       }
     } catch (err) {
-      for (const s of stages) s.loaded.dispose();
+      for (const c of loaded) c.dispose();
       throw err;
     }
-    return new ChainRunner(dir, manifest, options.backend, stages, options);
+    return new ChainRunner(dir, manifest, options.backend, loaded, options);
   }
 
   get position(): number {
@@ -157,21 +119,7 @@ export class ChainRunner implements StepModel {
 
   reset(): void {
     this.history = [];
-    this.resetBuffers();
-  }
-
-  private resetBuffers(): void {
-    for (const s of this.blocks) {
-      s.buffers.clear();
-      for (const t of s.entry.io.inputs) {
-        const k = t.role.kind;
-        if (k === "gdn_conv_in" || k === "gdn_rec_in" || k === "kv_cache") s.buffers.set(t.name, zeros(t));
-      }
-      if (s.entry.io.states.length) {
-        if (s.state) s.state.reset();
-        else s.state = s.loaded.newState();
-      }
-    }
+    this.stepper.reset();
   }
 
   async prefill(ids: Int32Array | number[], opts: StepOptions = {}): Promise<StepOutput> {
@@ -213,73 +161,15 @@ export class ChainRunner implements StepModel {
 
   private async step(token: number, withHead: boolean): Promise<StepOutput | undefined> {
     if (this.disposed) throw new AnemllError("E_DISPOSED", "the chain was disposed");
-    const position = this.history.length;
-    const e = await this.embed.loaded.predict({
-      [this.embed.entry.io.inputs[0].name]: tensor("i32", [1, 1], Int32Array.of(token)),
-    });
-    let hidden = e[this.embed.entry.io.outputs[0].name];
-    for (const s of this.blocks) {
-      const io = s.entry.io;
-      const inputs: Record<string, Tensor> = {};
-      for (const t of io.inputs) {
-        const role = t.role;
-        if (role.kind === "hidden_in") inputs[t.name] = hidden;
-        else if (role.kind === "position") inputs[t.name] = tensor("i32", t.shape, Int32Array.of(position));
-        else if (role.kind === "mask")
-          inputs[t.name] = maskTensor(t, decodeMask(role.rule, io.ctx, position));
-        else {
-          const buf = s.buffers.get(t.name);
-          if (!buf)
-            throw new ChainLoadError(s.entry.name, `no buffer for input ${t.name} (role ${role.kind})`);
-          inputs[t.name] = buf;
-        }
-      }
-      const r = await s.loaded.predict(inputs, s.state);
-      for (const t of io.outputs) {
-        const role = t.role;
-        const v = r[t.name];
-        if (!v) throw new ChainLoadError(s.entry.name, `the package did not return output ${t.name}`);
-        if (role.kind === "hidden_out") hidden = v;
-        else if (role.kind === "gdn_conv_out" || role.kind === "gdn_rec_out") s.buffers.set(role.next, v);
-        else if (role.kind === "kv_new") writeKvRow(s.buffers.get(role.cache) as Tensor, v, position);
-      }
-    }
+    const r = await this.stepper.step(token, this.history.length, withHead);
     this.history.push(token);
-    if (!withHead) return undefined;
-    return this.runHead(hidden);
-  }
-
-  private async runHead(hidden: Tensor): Promise<StepOutput> {
-    const io = this.head.entry.io;
-    const h = await this.head.loaded.predict({ [io.inputs[0].name]: hidden });
-    const lm = io.lmHead;
-    if (!lm) throw new ChainLoadError(this.head.entry.name, "model.json describes no lm_head split");
-    if (lm.argmax) {
-      const idxT = io.outputs.find((t) => t.role.kind === "argmax_idx");
-      const valT = io.outputs.find((t) => t.role.kind === "argmax_val");
-      if (!idxT || !valT || idxT.role.kind !== "argmax_idx") {
-        throw new ChainLoadError(this.head.entry.name, "argmax outputs are not described");
-      }
-      const idx = h[idxT.name].data as Int32Array;
-      const val = toFloat32(h[valT.name].dtype, h[valT.name].data);
-      const id = argmaxToken(idxT.role.rowOffsets, idx, val);
-      let best = 0;
-      for (let i = 1; i < val.length; i++) if (val[i] > val[best]) best = i;
-      return { top1: { id, value: val[best] } };
-    }
-    const logits = new Float32Array(lm.vocab);
-    for (const t of io.outputs) {
-      if (t.role.kind !== "logits") continue;
-      const piece = h[t.name];
-      logits.set(toFloat32(piece.dtype, piece.data), t.role.rowOffset);
-    }
-    return { logits };
+    return r.head;
   }
 
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    for (const s of [this.embed, ...this.blocks, this.head]) s.loaded.dispose();
+    for (const c of this.components) c.dispose();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

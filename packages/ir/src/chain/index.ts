@@ -4,3 +4,4 @@
  * protocol those roles describe.
  */
 export * from "./contract.js";
+export * from "./protocol.js";
