@@ -1,27 +1,36 @@
 /**
- * Opening a model for run/chat: a converted chain (coreml or reference backend) or a Qwen3.5
- * checkpoint (mlx backend) — the same opening the server uses.
+ * The model options run, chat, serve and demo share, and opening a model with them through
+ * @anemll-qwen35/models' loadModel (a converted chain on Core ML or the reference interpreter, a
+ * checkpoint on MLX).
  */
-import type { StepModel, Tokenizer } from "@anemll-qwen35/generate";
+import {
+  type BackendChoice,
+  type LoadedModel,
+  type LoadModelOptions,
+  loadModel,
+} from "@anemll-qwen35/models";
 import type { ComputeUnits } from "@anemll-qwen35/runtime-ane";
-import { type BackendName, openModelPath } from "@anemll-qwen35/server";
 import type { Command } from "commander";
-import { choice } from "./options.js";
+import { choice, int } from "./options.js";
 
 export interface ModelOptions {
-  /** Default: mlx for a checkpoint; for a converted chain coreml on macOS, reference elsewhere. */
-  backend?: BackendName;
+  backend: BackendChoice;
   precision: "fp32" | "fp16";
   computeUnits: ComputeUnits;
   contextOverflow: "error" | "slide";
+  tokenizer?: string;
+  ctx?: number;
+  dtype?: "float32" | "bfloat16" | "float16";
+  bits?: 4 | 8;
 }
 
 export function addModelOptions(cmd: Command): Command {
   return cmd
     .option(
       "--backend <name>",
-      "coreml (Core ML on the ANE, macOS 15+), reference (MIL interpreter, any OS) or mlx (a Hugging Face checkpoint on MLX); default: from the folder",
-      choice("--backend", ["reference", "coreml", "mlx"] as const),
+      "auto, coreml (Core ML on the ANE, macOS 15+), reference (MIL interpreter, any OS) or mlx (a Qwen3.5 checkpoint on MLX); auto: coreml where available for a converted chain, else reference; mlx for a checkpoint",
+      choice("--backend", ["auto", "coreml", "reference", "mlx"] as const),
+      "auto",
     )
     .option(
       "--precision <p>",
@@ -37,31 +46,42 @@ export function addModelOptions(cmd: Command): Command {
     )
     .option(
       "--context-overflow <how>",
-      "error, or slide the window when the context is full",
+      "converted chains: error, or slide the window when the context is full",
       choice("--context-overflow", ["error", "slide"] as const),
       "error",
+    )
+    .option("--tokenizer <dir>", "folder with tokenizer.json, if not the model's own (relative to here)")
+    .option("--ctx <n>", "mlx backend: most tokens per sequence (default: the checkpoint's)", int("--ctx", 1))
+    .option(
+      "--dtype <t>",
+      "mlx backend: float32, bfloat16 or float16 (default: the checkpoint's)",
+      choice("--dtype", ["float32", "bfloat16", "float16"] as const),
+    )
+    .option(
+      "--bits <n>",
+      "mlx backend: quantize the weights to 4 or 8 bits at load (a 9B needs ~18 GB in bfloat16, ~5 GB at 4 bits)",
+      (v: string) => (choice("--bits", ["4", "8"] as const)(v) === "4" ? 4 : 8),
     );
 }
 
-export async function openModel(
-  path: string,
-  o: ModelOptions,
-  notice: (s: string) => void,
-): Promise<{
-  model: StepModel & { dispose(): void | Promise<void> };
-  tokenizer: Tokenizer;
-  describe: string;
-}> {
-  const opened = await openModelPath({
-    path,
+/** The command line's model options as loadModel options. */
+export function loadOptions(o: ModelOptions, notice: (s: string) => void): LoadModelOptions {
+  return {
     backend: o.backend,
     precision: o.precision,
     computeUnits: o.computeUnits,
     contextOverflow: o.contextOverflow,
-    onCompile: (e) => {
-      if (e.stage === "start")
+    tokenizer: o.tokenizer,
+    contextLength: o.ctx,
+    dtype: o.dtype,
+    bits: o.bits,
+    onProgress: (e) => {
+      if (e.stage === "compile" && e.state === "start")
         notice(`compiling ${e.component} for Core ML (the first ANE compile can take minutes)…`);
     },
-  });
-  return { model: opened.model, tokenizer: opened.tokenizer, describe: opened.backend };
+  };
+}
+
+export function openModel(path: string, o: ModelOptions, notice: (s: string) => void): Promise<LoadedModel> {
+  return loadModel(path, loadOptions(o, notice));
 }

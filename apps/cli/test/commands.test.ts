@@ -80,7 +80,7 @@ describe("convert → run → verify → inspect", () => {
     const empty = mkdtempSync(join(work, "empty-"));
     let r = await cli("run", empty, "Hi!", "--backend", "reference");
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/there is no model\.json here/);
+    expect(r.stderr).toMatch(/neither a converted chain \(model\.json/);
 
     writeFileSync(join(empty, "model.json"), "{");
     r = await cli("inspect", empty);
@@ -89,7 +89,7 @@ describe("convert → run → verify → inspect", () => {
 
     r = await cli("run", exact, "Hi!", "--backend", "gpu");
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/--backend must be one of reference, coreml/);
+    expect(r.stderr).toMatch(/--backend must be one of auto, coreml, reference, mlx/);
 
     r = await cli("run", exact, "word ".repeat(200), "--backend", "reference", "--raw");
     expect(r.code).toBe(1);

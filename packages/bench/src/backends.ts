@@ -5,18 +5,13 @@
  * load time (and Core ML compile time) separately from the steps that follow.
  */
 import type { StepModel } from "@anemll-qwen35/generate";
-import {
-  type Backend,
-  ChainRunner,
-  coreMLAvailability,
-  coreMLBackend,
-  referenceBackend,
-} from "@anemll-qwen35/runtime-ane";
-import { loadMlxModel, type MlxQwen35, mlxAvailable, mx } from "@anemll-qwen35/runtime-mlx";
+import { type BackendChoice, chooseBackend, type LoadModelOptions, loadModel } from "@anemll-qwen35/models";
+import { type Backend, coreMLBackend, referenceBackend } from "@anemll-qwen35/runtime-ane";
+import { mlxAvailable, mx } from "@anemll-qwen35/runtime-mlx";
 import type { BackendId } from "./schema.js";
 import { type ComponentTimer, timedBackend } from "./timed-backend.js";
 
-export interface Opened<M extends StepModel> {
+export interface Opened<M extends StepModel = StepModel> {
   readonly model: M;
   readonly backend: BackendId;
   /** Wall time of the open call (Core ML: compile + load; reference: read + check; MLX: weights). */
@@ -25,12 +20,20 @@ export interface Opened<M extends StepModel> {
   readonly compileSeconds: Record<string, number>;
 }
 
-export type AneBackendChoice = "auto" | "coreml" | "reference";
+/** The ANE side's backend choice: auto, coreml or reference. */
+export type AneBackendChoice = Exclude<BackendChoice, "mlx">;
 
 /** Which ANE backend "auto" picks here. */
 export function aneBackendHere(choice: AneBackendChoice = "auto"): "coreml" | "reference" {
-  if (choice !== "auto") return choice;
-  return coreMLAvailability().available ? "coreml" : "reference";
+  return chooseBackend("chain", choice, "the ANE side") as "coreml" | "reference";
+}
+
+/** The raw ANE backend for `choice`, for scenarios that drive packages themselves (hand-off). */
+export function aneBackend(choice: AneBackendChoice = "auto"): { backend: Backend; id: BackendId } {
+  if (aneBackendHere(choice) === "reference") {
+    return { backend: referenceBackend({ precision: "fp16" }), id: "ane-reference" };
+  }
+  return { backend: coreMLBackend(), id: "ane-coreml" };
 }
 
 export interface OpenAneOptions {
@@ -41,37 +44,34 @@ export interface OpenAneOptions {
   readonly timer?: ComponentTimer;
 }
 
-/** The raw ANE backend for `choice` (records Core ML compile seconds into `compileSeconds`). */
-export function aneBackend(
-  choice: AneBackendChoice = "auto",
-  o: { precision?: "fp16" | "fp32"; compileSeconds?: Record<string, number> } = {},
-): { backend: Backend; id: BackendId } {
-  const which = aneBackendHere(choice);
-  if (which === "reference") {
-    return { backend: referenceBackend({ precision: o.precision ?? "fp16" }), id: "ane-reference" };
-  }
-  const backend = coreMLBackend({
-    onCompile: (e) => {
-      if (e.stage === "done" && e.seconds !== undefined && o.compileSeconds)
-        o.compileSeconds[e.component] = e.seconds;
+/** Opens with loadModel, timing the open and collecting Core ML compile seconds. */
+async function timedLoad(dir: string, o: LoadModelOptions, backend: BackendId): Promise<Opened> {
+  const compileSeconds: Record<string, number> = {};
+  const t0 = performance.now();
+  // token ids only: the scenarios feed ids, and synthetic checkpoints carry no tokenizer
+  const loaded = await loadModel(dir, {
+    ...o,
+    tokenizer: false,
+    onProgress: (e) => {
+      if (e.stage === "compile" && e.state === "done" && e.seconds !== undefined)
+        compileSeconds[e.component] = e.seconds;
     },
   });
-  return { backend, id: "ane-coreml" };
+  return { model: loaded.model, backend, loadMs: performance.now() - t0, compileSeconds };
 }
 
-export async function openAne(dir: string, o: OpenAneOptions = {}): Promise<Opened<ChainRunner>> {
-  const compileSeconds: Record<string, number> = {};
-  const { backend, id } = aneBackend(o.backend, { precision: o.precision, compileSeconds });
-  const t0 = performance.now();
-  // ChainRunner.load rather than openChain: the scenarios feed token ids, and synthetic
-  // checkpoints carry no tokenizer
-  const model = await ChainRunner.load(dir, { backend: o.timer ? timedBackend(backend, o.timer) : backend });
-  return {
-    model,
-    backend: id,
-    loadMs: performance.now() - t0,
-    compileSeconds,
-  };
+export function openAne(dir: string, o: OpenAneOptions = {}): Promise<Opened> {
+  const which = aneBackendHere(o.backend);
+  const timer = o.timer;
+  return timedLoad(
+    dir,
+    {
+      backend: which,
+      precision: o.precision ?? "fp16",
+      wrapBackend: timer ? (b) => timedBackend(b, timer) : undefined,
+    },
+    which === "coreml" ? "ane-coreml" : "ane-reference",
+  );
 }
 
 export interface MlxStatus {
@@ -104,13 +104,16 @@ export interface OpenMlxOptions {
   readonly preallocate?: boolean;
 }
 
-export async function openMlx(checkpoint: string, o: OpenMlxOptions = {}): Promise<Opened<MlxQwen35>> {
-  const t0 = performance.now();
-  const model = await loadMlxModel(checkpoint, {
-    bits: o.bits,
-    dtype: o.dtype,
-    contextLength: o.contextLength,
-    kvCache: o.preallocate ? { preallocate: true } : undefined,
-  });
-  return { model, backend: mlxBackendHere(), loadMs: performance.now() - t0, compileSeconds: {} };
+export function openMlx(checkpoint: string, o: OpenMlxOptions = {}): Promise<Opened> {
+  return timedLoad(
+    checkpoint,
+    {
+      backend: "mlx",
+      bits: o.bits,
+      dtype: o.dtype,
+      contextLength: o.contextLength,
+      preallocateKv: o.preallocate,
+    },
+    mlxBackendHere(),
+  );
 }

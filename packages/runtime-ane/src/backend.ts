@@ -6,8 +6,6 @@
 import type { Tensor } from "@anemll-qwen35/core";
 import type { ChainComponentState, ComponentIO } from "@anemll-qwen35/ir/chain";
 
-export type BackendName = "reference" | "coreml";
-
 /** A Core ML state (mlstate KV) or the interpreter's equivalent; opaque to the chain runner. */
 export type ComponentState = ChainComponentState;
 
@@ -27,6 +25,7 @@ export interface LoadComponentOptions {
 }
 
 export interface Backend {
-  readonly name: BackendName;
+  /** "reference" or "coreml" (the names @anemll-qwen35/models' BackendName gives them). */
+  readonly name: "reference" | "coreml";
   load(packagePath: string, options: LoadComponentOptions): Promise<LoadedComponent>;
 }

@@ -2,5 +2,4 @@ export * from "./backend.js";
 export * from "./chain-runner.js";
 export * from "./coreml-backend.js";
 export * from "./coreml-native.js";
-export * from "./open.js";
 export * from "./reference-backend.js";

@@ -2,11 +2,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { type ConvertOptions, convert } from "@anemll-qwen35/converter";
-import { ContextOverflowError, generate } from "@anemll-qwen35/generate";
+import { ContextOverflowError, generate, loadTokenizer } from "@anemll-qwen35/generate";
 import { ChainManifestError } from "@anemll-qwen35/ir/chain";
 import { argmax, cosine, loadGolden, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
 import { beforeAll, describe, expect, it } from "vitest";
-import { ChainLoadError, openChain, UnknownBackendError } from "../src/index.js";
+import { ChainLoadError, ChainRunner, type LoadChainOptions, referenceBackend } from "../src/index.js";
 
 const FIXTURES = resolve(__dirname, "../../../fixtures");
 const work = mkdtempSync(join(tmpdir(), "runtime-ane-"));
@@ -15,6 +15,14 @@ async function converted(name: string, opts: Partial<ConvertOptions>): Promise<s
   const out = join(work, `${name}-${Object.values(opts).join("-")}`);
   await convert({ model: join(FIXTURES, name), out, ctx: 128, fuse: 1, lmHeadMaxRows: 512, ...opts });
   return out;
+}
+
+/** The chain on the reference backend. */
+function open(
+  dir: string,
+  o: { precision?: "fp32" | "fp16" } & Omit<LoadChainOptions, "backend"> = {},
+): Promise<ChainRunner> {
+  return ChainRunner.load(dir, { ...o, backend: referenceBackend({ precision: o.precision }) });
 }
 
 const plain = { body: { kind: "none" }, lmHead: { kind: "none" }, embed: { kind: "none" } } as const;
@@ -29,7 +37,7 @@ describe("ChainRunner on the reference backend", () => {
 
   it("reproduces the Hugging Face golden logits and greedy tokens (fp32 conversion, fp32 mode)", async () => {
     const g = await loadGolden(join(FIXTURES, "tiny-tied"));
-    const { model } = await openChain(fp32Dir, { backend: "reference", precision: "fp32" });
+    const model = await open(fp32Dir, { precision: "fp32" });
     const first = await model.prefill(g.promptIds);
     if (!("logits" in first)) throw new Error("expected logits");
     expect(maxAbsDiff(first.logits, g.promptLogits.at(-1)!)).toBeLessThan(1e-3);
@@ -46,7 +54,7 @@ describe("ChainRunner on the reference backend", () => {
 
   it("keeps greedy tokens and cosine ≥ 0.999 with the fp16 program in fp16 mode", async () => {
     const g = await loadGolden(join(FIXTURES, "tiny-tied"));
-    const { model } = await openChain(fp16Dir, { backend: "reference", precision: "fp16" });
+    const model = await open(fp16Dir, { precision: "fp16" });
     const first = await model.prefill(g.promptIds);
     if (!("logits" in first)) throw new Error("expected logits");
     expect(argmax(first.logits)).toBe(g.generatedIds[0]);
@@ -60,7 +68,8 @@ describe("ChainRunner on the reference backend", () => {
 
   it("streams the golden text through generate() with the chain's tokenizer", async () => {
     const g = await loadGolden(join(FIXTURES, "tiny-tied"));
-    const { model, tokenizer } = await openChain(fp32Dir, { backend: "reference" });
+    const model = await open(fp32Dir);
+    const tokenizer = await loadTokenizer(fp32Dir, { eosTokenIds: model.manifest.tokenizer.eosTokenIds });
     const gen = generate(model, tokenizer, { prompt: g.promptIds, maxTokens: g.generatedIds.length });
     const streamed: number[] = [];
     for await (const chunk of gen) streamed.push(...(chunk.type === "text" ? chunk.tokenIds : []));
@@ -73,7 +82,7 @@ describe("ChainRunner on the reference backend", () => {
   it("merges an argmax head and runs mlstate KV to the same tokens", async () => {
     const g = await loadGolden(join(FIXTURES, "tiny-tied"));
     const dir = await converted("tiny-tied", { ...plain, dtype: "fp32", argmax: true, state: "mlstate" });
-    const { model } = await openChain(dir, { backend: "reference" });
+    const model = await open(dir);
     expect(model.outputKind).toBe("top1");
     let out = await model.prefill(g.promptIds);
     for (let i = 0; i < 6; i++) {
@@ -88,30 +97,25 @@ describe("ChainRunner on the reference backend", () => {
   });
 
   it("refuses a prompt longer than the context, or slides the window when asked", async () => {
-    const { model } = await openChain(fp32Dir, { backend: "reference" });
+    const model = await open(fp32Dir);
     const long = Array.from({ length: 129 }, (_, i) => 100 + (i % 50));
     await expect(model.prefill(long)).rejects.toThrow(ContextOverflowError);
-    const sliding = await openChain(fp32Dir, {
-      backend: "reference",
-      contextOverflow: "slide",
-      slideKeep: 0.25,
-    });
-    const out = await sliding.model.prefill(long);
+    const sliding = await open(fp32Dir, { contextOverflow: "slide", slideKeep: 0.25 });
+    const out = await sliding.prefill(long);
     expect("logits" in out).toBe(true);
-    expect(sliding.model.position).toBe(32);
+    expect(sliding.position).toBe(32);
   });
 
-  it("gives clear errors for a bad model folder or backend", async () => {
+  it("gives clear errors for a bad model folder", async () => {
     const bad = mkdtempSync(join(work, "bad-"));
-    await expect(openChain(bad)).rejects.toThrow(ChainManifestError);
+    await expect(open(bad)).rejects.toThrow(ChainManifestError);
     writeFileSync(join(bad, "model.json"), "{not json");
-    await expect(openChain(bad)).rejects.toThrow(/not valid JSON/);
+    await expect(open(bad)).rejects.toThrow(/not valid JSON/);
     const m = JSON.parse(readFileSync(join(fp32Dir, "model.json"), "utf8"));
     writeFileSync(join(bad, "model.json"), JSON.stringify({ ...m, ctx: "big" }));
-    await expect(openChain(bad)).rejects.toThrow(/ctx/);
+    await expect(open(bad)).rejects.toThrow(/ctx/);
     writeFileSync(join(bad, "model.json"), JSON.stringify(m));
-    await expect(openChain(bad)).rejects.toThrow(ChainLoadError);
-    await expect(openChain(fp32Dir, { backend: "tpu" as "reference" })).rejects.toThrow(UnknownBackendError);
+    await expect(open(bad)).rejects.toThrow(ChainLoadError);
     rmSync(bad, { recursive: true });
   });
 });

@@ -90,15 +90,6 @@ export class RequestAbortedError extends AnemllError {
   }
 }
 
-/** A model source could not be opened (no such folder, unknown layout, backend unavailable). */
-export class ModelLoadError extends AnemllError {
-  readonly model: string;
-  constructor(model: string, message: string, options?: { cause?: unknown }) {
-    super("E_MODEL_LOAD", `${model}: ${message}`, options);
-    this.model = model;
-  }
-}
-
 /** Server options that make no sense (no models, duplicate names, bad queue size…). */
 export class ServerConfigError extends AnemllError {
   constructor(message: string) {

@@ -1,19 +1,14 @@
 /**
  * The models a server answers for, by name. A model comes either ready-made (any StepModel and its
- * tokenizer: the library path, and how tests plug in scripted models) or from a folder:
- * - a converted chain (has model.json) → runtime-ane, on Core ML (the ANE) or the reference interpreter;
- * - a Hugging Face / MLX Qwen3.5 checkpoint (config.json, no model.json) or `hf:owner/name` → runtime-mlx.
+ * tokenizer: the library path, and how tests plug in scripted models) or from a folder or `hf:`
+ * reference, opened with @anemll-qwen35/models' loadModel (a converted chain on Core ML or the
+ * reference interpreter, a checkpoint on MLX).
  */
-import { existsSync } from "node:fs";
-import { readFile } from "node:fs/promises";
-import { basename, join, resolve } from "node:path";
-import { AnemllError } from "@anemll-qwen35/core";
-import { loadTokenizer, type SamplingOptions, type StepModel, type Tokenizer } from "@anemll-qwen35/generate";
-import { type ComputeUnits, openChain } from "@anemll-qwen35/runtime-ane";
-import { ModelLoadError, ServerConfigError } from "./errors.js";
+import { basename, resolve } from "node:path";
+import type { SamplingOptions, StepModel, Tokenizer } from "@anemll-qwen35/generate";
+import { type LoadModelOptions, loadModel, withTop1Default } from "@anemll-qwen35/models";
+import { ServerConfigError } from "./errors.js";
 import { ModelQueue } from "./queue.js";
-
-export type BackendName = "coreml" | "reference" | "mlx";
 
 /** A model already loaded by the caller. The server never disposes it unless `dispose` is true. */
 export interface ReadyModelSource {
@@ -30,27 +25,15 @@ export interface ReadyModelSource {
   queue?: number;
 }
 
-/** A model the server opens (and disposes on close). */
-export interface PathModelSource {
+/** A model the server opens with loadModel (and disposes on close). */
+export interface PathModelSource extends LoadModelOptions {
   /** Default: the folder's name. */
   name?: string;
-  /** A converted chain folder, a Qwen3.5 checkpoint folder, or `hf:owner/name[@revision]` (mlx). */
+  /** A converted chain folder, a Qwen3.5 checkpoint folder, or `hf:owner/name[@revision]`. */
   path: string;
-  /** Default: "mlx" for checkpoints; for chains "coreml" on macOS, "reference" elsewhere. */
-  backend?: BackendName;
-  /** reference backend: "fp32" (default) or "fp16" (ANE-like rounding). */
-  precision?: "fp32" | "fp16";
-  /** coreml backend (default "cpuAndNeuralEngine"). */
-  computeUnits?: ComputeUnits;
-  /** mlx backend: most tokens per request (default: the config's max_position_embeddings). */
-  contextLength?: number;
-  /** Chains: "error" (default) when the context is full, or "slide" the window. */
-  contextOverflow?: "error" | "slide";
   /** Overrides the defaults read from the folder's generation_config.json. */
   sampling?: SamplingOptions;
   queue?: number;
-  /** Told when a Core ML package compiles (the first ANE compile can take minutes). */
-  onCompile?: (event: { component: string; stage: "start" | "done"; seconds?: number }) => void;
 }
 
 export type ModelSource = ReadyModelSource | PathModelSource;
@@ -115,19 +98,17 @@ async function openModel(source: ModelSource, defaultQueue: number): Promise<Ser
   }
 
   const name = source.name ?? defaultName(source.path);
-  const opened = await openModelPath(source);
-  const sampling = { ...(await generationDefaults(opened.dir)), ...source.sampling };
+  const { path, name: _name, sampling, queue, ...options } = source;
+  const loaded = await loadModel(path, options);
   return {
     name,
-    model: opened.model,
-    tokenizer: opened.tokenizer,
-    backend: opened.backend,
-    sampling: withTop1Default(opened.model, sampling),
+    model: loaded.model,
+    tokenizer: loaded.tokenizer,
+    backend: loaded.backend.detail,
+    sampling: withTop1Default(loaded.model, { ...loaded.sampling, ...sampling }),
     queue: new ModelQueue(name, queueSize),
     created,
-    dispose: async () => {
-      await opened.model.dispose();
-    },
+    dispose: () => loaded.dispose(),
   };
 }
 
@@ -135,113 +116,4 @@ async function openModel(source: ModelSource, defaultQueue: number): Promise<Ser
 export function defaultName(path: string): string {
   if (path.startsWith("hf:")) return path.slice(3).split("@")[0];
   return basename(resolve(path));
-}
-
-/** Which runtime a folder needs when the caller did not say. */
-export function detectBackend(path: string): BackendName {
-  if (path.startsWith("hf:")) return "mlx";
-  if (existsSync(join(path, "model.json"))) return process.platform === "darwin" ? "coreml" : "reference";
-  if (existsSync(join(path, "config.json"))) return "mlx";
-  if (!existsSync(path)) throw new ModelLoadError(path, "no such folder");
-  throw new ModelLoadError(
-    path,
-    "neither a converted chain (model.json) nor a Qwen3.5 checkpoint (config.json)",
-  );
-}
-
-/** A model opened from a path: what the server serves, and what the CLI's run/chat use. */
-export interface OpenedModel {
-  model: StepModel;
-  tokenizer: Tokenizer;
-  /** e.g. "reference (fp32)", "coreml (cpuAndNeuralEngine)", "mlx (float32)". */
-  backend: string;
-  /** The local folder (for generation_config.json). */
-  dir: string;
-}
-
-/** Opens a converted chain (runtime-ane) or a Qwen3.5 checkpoint (runtime-mlx), per `backend`. */
-export async function openModelPath(s: PathModelSource): Promise<OpenedModel> {
-  const backend = s.backend ?? detectBackend(s.path);
-  if (backend === "mlx") return openMlx(s);
-  if (!existsSync(join(s.path, "model.json"))) {
-    throw new ModelLoadError(
-      s.path,
-      `the ${backend} backend runs a converted chain (a folder with model.json, written by \`convert\`), ` +
-        "and there is no model.json here; a Hugging Face checkpoint runs with --backend mlx",
-    );
-  }
-  const { model, tokenizer } = await openChain(s.path, {
-    backend,
-    precision: s.precision,
-    computeUnits: s.computeUnits,
-    contextOverflow: s.contextOverflow ?? "error",
-    onCompile: s.onCompile,
-  });
-  const describe =
-    backend === "reference"
-      ? `reference (${s.precision ?? "fp32"})`
-      : `coreml (${s.computeUnits ?? "cpuAndNeuralEngine"})`;
-  return { model, tokenizer, backend: describe, dir: s.path };
-}
-
-/** MLX is optional at run time: it is imported only when a model asks for it. */
-async function openMlx(s: PathModelSource): Promise<OpenedModel> {
-  let mlx: typeof import("@anemll-qwen35/runtime-mlx");
-  try {
-    mlx = await import("@anemll-qwen35/runtime-mlx");
-  } catch (err) {
-    throw new ModelLoadError(
-      s.path,
-      `the mlx backend needs @anemll-qwen35/runtime-mlx: ${(err as Error).message}`,
-      {
-        cause: err,
-      },
-    );
-  }
-  const available = mlx.mlxAvailable();
-  if (!available.available) {
-    throw new ModelLoadError(
-      s.path,
-      `the mlx backend is unavailable here: ${available.reason ?? "the MLX addon did not load"}`,
-    );
-  }
-  const model = await mlx.loadMlxModel(s.path, { contextLength: s.contextLength });
-  try {
-    const tokenizer = await loadTokenizer(model.dir, { eosTokenIds: model.config.eosTokenIds });
-    return { model, tokenizer, backend: `mlx (${model.dtype})`, dir: model.dir };
-  } catch (err) {
-    model.dispose();
-    throw err instanceof AnemllError
-      ? err
-      : new ModelLoadError(s.path, (err as Error).message, { cause: err });
-  }
-}
-
-/**
- * A checkpoint's generation_config.json holds its authors' sampling defaults (Qwen3.5: temperature,
- * top_p, top_k); like vLLM, they fill in what a request leaves out. Without one, OpenAI's defaults.
- */
-export async function generationDefaults(dir: string): Promise<SamplingOptions> {
-  const openai: SamplingOptions = { temperature: 1, topP: 1 };
-  let gen: Record<string, unknown>;
-  try {
-    gen = JSON.parse(await readFile(join(dir, "generation_config.json"), "utf8"));
-  } catch {
-    return openai;
-  }
-  const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : undefined);
-  const out: SamplingOptions = { ...openai };
-  if (gen.do_sample === false) out.temperature = 0;
-  else if (num(gen.temperature) !== undefined) out.temperature = num(gen.temperature);
-  if (num(gen.top_p) !== undefined) out.topP = num(gen.top_p);
-  if (num(gen.top_k) !== undefined) out.topK = num(gen.top_k);
-  if (num(gen.min_p) !== undefined) out.minP = num(gen.min_p);
-  if (num(gen.repetition_penalty) !== undefined) out.repetitionPenalty = num(gen.repetition_penalty);
-  return out;
-}
-
-/** A head that returns only the arg-max can decode greedily, nothing else: make that the default. */
-function withTop1Default(model: StepModel, sampling: SamplingOptions): SamplingOptions {
-  if (model.outputKind !== "top1") return sampling;
-  return { ...sampling, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1 };
 }

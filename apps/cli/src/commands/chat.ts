@@ -17,7 +17,9 @@ export function registerChat(program: Command, ctx: Context): void {
   addSamplingOptions(cmd);
   cmd.action(async (dir: string, o) => {
     const out = ctx.output();
-    const { model, tokenizer, describe } = await openModel(dir, o as ModelOptions, out.notice);
+    const loaded = await openModel(dir, o as ModelOptions, out.notice);
+    const { model, tokenizer } = loaded;
+    const describe = loaded.backend.detail;
     const tty = process.stdin.isTTY === true;
     const rl = createInterface({
       input: process.stdin,
@@ -78,7 +80,7 @@ export function registerChat(program: Command, ctx: Context): void {
       }
     } finally {
       rl.close();
-      await model.dispose();
+      await loaded.dispose();
     }
   });
 }

@@ -4,7 +4,6 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { convert } from "@anemll-qwen35/converter";
 import { generate } from "@anemll-qwen35/generate";
-import { coreMLAvailability } from "@anemll-qwen35/runtime-ane";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
 import { statsLine } from "../generation-options.js";
@@ -55,16 +54,18 @@ export function registerDemo(program: Command, ctx: Context): void {
         out.line(
           `converted ${o.model ? model : "the bundled tiny Qwen3.5 model (random weights)"} in ${conv.seconds.toFixed(1)} s → ${conv.manifest.components.map((c) => c.file).join(", ")}`,
         );
-        const backend = coreMLAvailability().available ? "coreml" : "reference";
-        const {
-          model: m,
-          tokenizer,
-          describe,
-        } = await openModel(
+        const loaded = await openModel(
           dir,
-          { backend, precision: "fp32", computeUnits: "cpuAndNeuralEngine", contextOverflow: "error" },
+          {
+            backend: "auto",
+            precision: "fp32",
+            computeUnits: "cpuAndNeuralEngine",
+            contextOverflow: "error",
+          },
           out.notice,
         );
+        const { model: m, tokenizer } = loaded;
+        const describe = loaded.backend.detail;
         try {
           out.line(`prompt: ${o.prompt}`);
           const gen = generate(m, tokenizer, {
@@ -87,7 +88,7 @@ export function registerDemo(program: Command, ctx: Context): void {
             folder: o.keep ? dir : undefined,
           });
         } finally {
-          await m.dispose();
+          await loaded.dispose();
         }
       } finally {
         if (!o.keep) rmSync(work, { recursive: true, force: true });

@@ -17,7 +17,9 @@ export function registerRun(program: Command, ctx: Context): void {
   cmd.action(async (dir: string, words: string[], o) => {
     const out = ctx.output();
     const prompt = words.join(" ");
-    const { model, tokenizer, describe } = await openModel(dir, o as ModelOptions, out.notice);
+    const loaded = await openModel(dir, o as ModelOptions, out.notice);
+    const { model, tokenizer } = loaded;
+    const describe = loaded.backend.detail;
     const ac = new AbortController();
     const onSigint = () => ac.abort();
     process.once("SIGINT", onSigint);
@@ -52,7 +54,7 @@ export function registerRun(program: Command, ctx: Context): void {
       if (!out.json) out.notice(`${statsLine(r.stats, r.finishReason)} · ${describe}`);
     } finally {
       process.removeListener("SIGINT", onSigint);
-      await model.dispose();
+      await loaded.dispose();
     }
   });
 }

@@ -1,6 +1,6 @@
 /** `serve`: an OpenAI-compatible HTTP server over one or more models (@anemll-qwen35/server). */
+import type { BackendName } from "@anemll-qwen35/models";
 import {
-  type BackendName,
   createServer,
   DEFAULT_HOST,
   DEFAULT_PORT,
@@ -10,9 +10,8 @@ import {
 } from "@anemll-qwen35/server";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
-import { bytes, choice, int, UsageError } from "../options.js";
-
-const BACKENDS = ["coreml", "reference", "mlx"] as const;
+import { addModelOptions, loadOptions, type ModelOptions } from "../model.js";
+import { bytes, int, UsageError } from "../options.js";
 
 /** Test seams: stop the server without a signal to the process, learn its URL. */
 export interface ServeHooks {
@@ -21,7 +20,7 @@ export interface ServeHooks {
 }
 
 export function registerServe(program: Command, ctx: Context, hooks: ServeHooks = {}): void {
-  program
+  const cmd = program
     .command("serve")
     .description(
       "serve models over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) until Ctrl-C",
@@ -35,111 +34,90 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
       "a model under a name of your choice (repeatable); NAME=BACKEND:PATH picks its backend",
       (v: string, all: string[] = []) => [...all, v],
     )
-    .option(
-      "--backend <name>",
-      "coreml, reference or mlx for every model (default: chains → coreml on macOS, reference elsewhere; checkpoints → mlx)",
-      choice("--backend", BACKENDS),
-    )
-    .option(
-      "--precision <p>",
-      "reference backend: fp32, or fp16 to emulate the ANE",
-      choice("--precision", ["fp32", "fp16"] as const),
-      "fp32",
-    )
-    .option(
-      "--compute-units <u>",
-      "coreml backend: cpuAndNeuralEngine, cpuOnly, cpuAndGPU or all",
-      choice("--compute-units", ["cpuAndNeuralEngine", "cpuOnly", "cpuAndGPU", "all"] as const),
-      "cpuAndNeuralEngine",
-    )
-    .option("--ctx <n>", "mlx backend: most tokens per request (default: the checkpoint's)", int("--ctx", 1))
     .option("--host <host>", "address to listen on (127.0.0.1: this machine only)", DEFAULT_HOST)
     .option("--port <n>", "port (0: any free one)", int("--port", 0, 65535), DEFAULT_PORT)
     .option("--api-key <key>", "require Authorization: Bearer <key> (default: $ANEMLL_QWEN35_API_KEY)")
     .option("--queue <n>", "requests that may wait per model; more get 429", int("--queue", 0), DEFAULT_QUEUE)
     .option("--max-body <size>", "largest request body (e.g. 1mb, 512kb)", bytes("--max-body"), 1_000_000)
-    .option("--model-name <name>", "the name clients use for the model (one model only)")
-    .action(async (paths: string[], o) => {
-      const out = ctx.output();
-      const sources = modelSources(paths, o);
-      const apiKey: string | undefined = o.apiKey ?? (process.env.ANEMLL_QWEN35_API_KEY || undefined);
-      if (!isLoopback(o.host) && !apiKey) {
-        out.notice(
-          `warning: listening on ${o.host} without --api-key: anyone who can reach this port can use the models`,
+    .option("--model-name <name>", "the name clients use for the model (one model only)");
+  addModelOptions(cmd);
+  cmd.action(async (paths: string[], o) => {
+    const out = ctx.output();
+    const sources = modelSources(paths, o, out.notice);
+    const apiKey: string | undefined = o.apiKey ?? (process.env.ANEMLL_QWEN35_API_KEY || undefined);
+    if (!isLoopback(o.host) && !apiKey) {
+      out.notice(
+        `warning: listening on ${o.host} without --api-key: anyone who can reach this port can use the models`,
+      );
+    }
+    const server = await createServer({
+      models: sources,
+      host: o.host,
+      port: o.port,
+      apiKey,
+      queue: o.queue,
+      maxBodyBytes: Math.round(o.maxBody),
+      onRequestEnd: (l) => out.notice(logLine(l)),
+    });
+    const stop = new AbortController();
+    const onSignal = () => stop.abort();
+    process.once("SIGINT", onSignal);
+    process.once("SIGTERM", onSignal);
+    hooks.signal?.addEventListener("abort", onSignal, { once: true });
+    try {
+      const url = await server.listen();
+      out.result({
+        url: `${url}/v1`,
+        models: server.models.map((m) => ({
+          id: m.name,
+          backend: m.backend,
+          contextLength: m.model.contextLength,
+        })),
+      });
+      out.line(`serving the OpenAI API at ${url}/v1${apiKey ? " (API key required)" : ""}`);
+      for (const m of server.models) {
+        out.line(
+          `  ${m.name} · ${m.backend} · context ${m.model.contextLength} tokens · queue ${m.queue.capacity}`,
         );
       }
-      const server = await createServer({
-        models: sources,
-        host: o.host,
-        port: o.port,
-        apiKey,
-        queue: o.queue,
-        maxBodyBytes: Math.round(o.maxBody),
-        onRequestEnd: (l) => out.notice(logLine(l)),
-      });
-      const stop = new AbortController();
-      const onSignal = () => stop.abort();
-      process.once("SIGINT", onSignal);
-      process.once("SIGTERM", onSignal);
-      hooks.signal?.addEventListener("abort", onSignal, { once: true });
-      try {
-        const url = await server.listen();
-        out.result({
-          url: `${url}/v1`,
-          models: server.models.map((m) => ({
-            id: m.name,
-            backend: m.backend,
-            contextLength: m.model.contextLength,
-          })),
-        });
-        out.line(`serving the OpenAI API at ${url}/v1${apiKey ? " (API key required)" : ""}`);
-        for (const m of server.models) {
-          out.line(
-            `  ${m.name} · ${m.backend} · context ${m.model.contextLength} tokens · queue ${m.queue.capacity}`,
-          );
-        }
-        out.notice("Ctrl-C to stop");
-        hooks.onListening?.(url);
-        if (!stop.signal.aborted) {
-          await new Promise<void>((resolve) =>
-            stop.signal.addEventListener("abort", () => resolve(), { once: true }),
-          );
-        }
-        out.notice("stopping: finishing the requests in flight…");
-      } finally {
-        process.removeListener("SIGINT", onSignal);
-        process.removeListener("SIGTERM", onSignal);
-        hooks.signal?.removeEventListener("abort", onSignal);
-        await server.close();
+      out.notice("Ctrl-C to stop");
+      hooks.onListening?.(url);
+      if (!stop.signal.aborted) {
+        await new Promise<void>((resolve) =>
+          stop.signal.addEventListener("abort", () => resolve(), { once: true }),
+        );
       }
-    });
+      out.notice("stopping: finishing the requests in flight…");
+    } finally {
+      process.removeListener("SIGINT", onSignal);
+      process.removeListener("SIGTERM", onSignal);
+      hooks.signal?.removeEventListener("abort", onSignal);
+      await server.close();
+    }
+  });
 }
 
-interface ServeOptions {
+interface ServeOptions extends ModelOptions {
   model?: string[];
-  backend?: BackendName;
-  precision: "fp32" | "fp16";
-  computeUnits: PathModelSource["computeUnits"];
-  ctx?: number;
   modelName?: string;
 }
 
 /** Positional folders and `--model NAME=[BACKEND:]PATH` → model sources. */
-function modelSources(paths: readonly string[], o: ServeOptions): PathModelSource[] {
-  const common = {
-    precision: o.precision,
-    computeUnits: o.computeUnits,
-    contextLength: o.ctx,
-  };
-  const sources: PathModelSource[] = paths.map((path) => ({ path, backend: o.backend, ...common }));
+function modelSources(
+  paths: readonly string[],
+  o: ServeOptions,
+  notice: (s: string) => void,
+): PathModelSource[] {
+  const common = loadOptions(o, notice);
+  const sources: PathModelSource[] = paths.map((path) => ({ path, ...common }));
   for (const spec of o.model ?? []) {
     const m = /^([^=]+)=(?:(coreml|reference|mlx):)?(.+)$/.exec(spec);
     if (!m) throw new UsageError(`--model must be NAME=PATH or NAME=BACKEND:PATH, got "${spec}"`);
     sources.push({
+      ...common,
       name: m[1],
       path: m[3],
       backend: (m[2] as BackendName | undefined) ?? o.backend,
-      ...common,
     });
   }
   if (sources.length === 0) {

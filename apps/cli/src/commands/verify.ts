@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import { readChainManifest } from "@anemll-qwen35/ir/chain";
 import { argmax, cosine, hasGolden, loadGolden, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
-import { openChain } from "@anemll-qwen35/runtime-ane";
+import { loadModel } from "@anemll-qwen35/models";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
 import { choice, UsageError } from "../options.js";
@@ -42,7 +42,8 @@ export function registerVerify(program: Command, ctx: Context): void {
         );
       }
       const g = await loadGolden(goldenDir);
-      const { model } = await openChain(dir, { backend: "reference", precision: o.precision });
+      const loaded = await loadModel(dir, { backend: "reference", precision: o.precision, tokenizer: false });
+      const model = loaded.model;
       try {
         // teacher-forced: feed the golden tokens, compare every step's output with the golden logits
         const refs = [g.promptLogits.at(-1)!, ...g.decodeLogits];
@@ -81,7 +82,7 @@ export function registerVerify(program: Command, ctx: Context): void {
           out.line(`  max |Δlogit| ${maxDiff.toExponential(3)} · min cosine ${minCos.toFixed(6)}`);
         if (!a.tokensIdentical) process.exitCode = 1;
       } finally {
-        model.dispose();
+        await loaded.dispose();
       }
     });
 }

@@ -6,7 +6,7 @@
 import { existsSync, statSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { AnemllError } from "@anemll-qwen35/core";
 import { downloadFileToCacheDir, listFiles, modelInfo } from "@huggingface/hub";
 
@@ -23,20 +23,43 @@ export class ModelRefError extends AnemllError {
   }
 }
 
-/** The files a Qwen3.5 conversion or run needs; everything else in a repo is left alone. */
-const WANTED = [
-  /^config\.json$/,
+/** Tokenizer and sampling files, wanted from checkpoints and converted chains alike. */
+const SIDE_FILES = [
   /^generation_config\.json$/,
-  /\.safetensors$/,
-  /^model\.safetensors\.index\.json$/,
   /^tokenizer\.json$/,
   /^tokenizer_config\.json$/,
   /^chat_template\.jinja$/,
   /^special_tokens_map\.json$/,
 ];
 
+/** The files a Qwen3.5 conversion or MLX run needs; everything else in a repo is left alone. */
+const CHECKPOINT_FILES = [
+  /^config\.json$/,
+  /\.safetensors$/,
+  /^model\.safetensors\.index\.json$/,
+  ...SIDE_FILES,
+];
+
+/** A converted chain as `convert` writes it: model.json and its packages (nested folders). */
+const CHAIN_FILES = [/^model\.json$/, /^[^/]+\.mlpackage\/.+$/, ...SIDE_FILES];
+
+/** Whether a top-level file of a checkpoint repository is needed. */
 export function isWantedModelFile(path: string): boolean {
-  return !path.includes("/") && WANTED.some((re) => re.test(path));
+  return !path.includes("/") && CHECKPOINT_FILES.some((re) => re.test(path));
+}
+
+/**
+ * The files to fetch from a repository listing: a converted chain's (when it has model.json at its
+ * root) or a checkpoint's.
+ */
+export function wantedModelFiles(paths: readonly string[]): {
+  kind: "chain" | "checkpoint";
+  files: string[];
+} {
+  if (paths.includes("model.json")) {
+    return { kind: "chain", files: paths.filter((p) => CHAIN_FILES.some((re) => re.test(p))) };
+  }
+  return { kind: "checkpoint", files: paths.filter(isWantedModelFile) };
 }
 
 const REPO_RE = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;
@@ -84,6 +107,7 @@ export async function findCachedSnapshot(
 }
 
 function looksLikeCheckpoint(dir: string): boolean {
+  if (existsSync(join(dir, "model.json"))) return true; // a converted chain
   if (!existsSync(join(dir, "config.json"))) return false;
   return existsSync(join(dir, "model.safetensors.index.json")) || existsSync(join(dir, "model.safetensors"));
 }
@@ -150,14 +174,17 @@ async function download(
     const info = await modelInfo({ ...common, name: repo, revision, additionalFields: ["sha"] });
     const commit = (info as { sha?: string }).sha;
     if (!commit) throw new Error("the hub did not report a commit for this revision");
-    const files: { path: string; size: number }[] = [];
-    for await (const entry of listFiles({ ...common, revision: commit })) {
-      if (entry.type === "file" && isWantedModelFile(entry.path))
-        files.push({ path: entry.path, size: entry.size });
+    const listed = new Map<string, number>();
+    for await (const entry of listFiles({ ...common, revision: commit, recursive: true })) {
+      if (entry.type === "file") listed.set(entry.path, entry.size);
     }
-    if (!files.some((f) => f.path === "config.json")) {
-      throw new Error("the repository has no config.json");
+    const wanted = wantedModelFiles([...listed.keys()]);
+    if (wanted.kind === "checkpoint" && !listed.has("config.json")) {
+      throw new Error(
+        "the repository has neither config.json (a checkpoint) nor model.json (a converted chain)",
+      );
     }
+    const files = wanted.files.map((path) => ({ path, size: listed.get(path) ?? 0 }));
     const totalBytes = files.reduce((s, f) => s + f.size, 0);
     let bytes = 0;
     let snapshot = "";
@@ -169,7 +196,7 @@ async function download(
         revision: commit,
         cacheDir,
       });
-      snapshot = dirname(pointer);
+      snapshot = pointer.slice(0, pointer.length - file.path.length - 1);
       bytes += file.size;
       options.onProgress?.({
         stage: "download",

@@ -18,12 +18,24 @@ import {
  * real download code runs end to end without the network.
  */
 const COMMIT = "0123456789abcdef0123456789abcdef01234567";
-const FILES: Record<string, Buffer> = {
-  "config.json": Buffer.from('{"model_type":"qwen3_5"}'),
-  "model.safetensors.index.json": Buffer.from('{"weight_map":{}}'),
-  "model.safetensors-00001-of-00001.safetensors": Buffer.from("weights-bytes"),
-  "tokenizer.json": Buffer.from("{}"),
-  "README.md": Buffer.from("not wanted"),
+const REPOS: Record<string, Record<string, Buffer>> = {
+  "acme/tiny": {
+    "config.json": Buffer.from('{"model_type":"qwen3_5"}'),
+    "model.safetensors.index.json": Buffer.from('{"weight_map":{}}'),
+    "model.safetensors-00001-of-00001.safetensors": Buffer.from("weights-bytes"),
+    "tokenizer.json": Buffer.from("{}"),
+    "README.md": Buffer.from("not wanted"),
+  },
+  // a converted chain as people publish them: model.json, packages (nested files), tokenizer
+  "acme/tiny-ane": {
+    "model.json": Buffer.from('{"format":"anemll-qwen35.chain"}'),
+    "embed.mlpackage/Manifest.json": Buffer.from("{}"),
+    "embed.mlpackage/Data/com.apple.CoreML/model.mlmodel": Buffer.from("proto"),
+    "embed.mlpackage/Data/com.apple.CoreML/weights/weight.bin": Buffer.from("blob"),
+    "tokenizer.json": Buffer.from("{}"),
+    "source/config.json": Buffer.from("not wanted"),
+    "README.md": Buffer.from("not wanted"),
+  },
 };
 const oid = (b: Buffer) => createHash("sha1").update(b).digest("hex");
 const requested: string[] = [];
@@ -36,11 +48,15 @@ function startHub(): Promise<Server> {
       res.setHeader("content-type", "application/json");
       res.end(JSON.stringify(v));
     };
+    const repo = Object.keys(REPOS).find(
+      (r) => url.pathname.startsWith(`/api/models/${r}/`) || url.pathname.startsWith(`/${r}/`),
+    );
+    const FILES = repo ? REPOS[repo] : {};
     const entry = (path: string) => ({ type: "file", path, oid: oid(FILES[path]), size: FILES[path].length });
-    if (url.pathname === "/api/models/acme/tiny/revision/main")
-      return json({ _id: "x", id: "acme/tiny", sha: COMMIT });
-    if (url.pathname === `/api/models/acme/tiny/tree/${COMMIT}`) return json(Object.keys(FILES).map(entry));
-    if (url.pathname === `/api/models/acme/tiny/paths-info/${COMMIT}` && req.method === "POST") {
+    if (url.pathname === `/api/models/${repo}/revision/main`)
+      return json({ _id: "x", id: repo, sha: COMMIT });
+    if (url.pathname === `/api/models/${repo}/tree/${COMMIT}`) return json(Object.keys(FILES).map(entry));
+    if (url.pathname === `/api/models/${repo}/paths-info/${COMMIT}` && req.method === "POST") {
       let body = "";
       req.on("data", (c) => {
         body += c;
@@ -51,7 +67,7 @@ function startHub(): Promise<Server> {
       });
       return;
     }
-    const m = url.pathname.match(/^\/acme\/tiny\/resolve\/([^/]+)\/(.+)$/);
+    const m = url.pathname.match(new RegExp(`^/${repo}/resolve/([^/]+)/(.+)$`));
     if (m && FILES[m[2]]) {
       const data = FILES[m[2]];
       if (req.headers.range === "bytes=0-0") {
@@ -115,6 +131,20 @@ describe("model references", () => {
     const again = await resolveModelRef("hf:acme/tiny", { cacheDir, hubUrl, allowDownload: false });
     expect(again).toBe(dir);
     expect(requested).toEqual([]);
+  });
+
+  it("downloads a converted chain: model.json, its packages' nested files and the tokenizer", async () => {
+    const cacheDir = mkdtempSync(join(tmpdir(), "hfcache-"));
+    const dir = await resolveModelRef("hf:acme/tiny-ane", { cacheDir, hubUrl });
+    expect(dir).toBe(join(cacheDir, "models--acme--tiny-ane", "snapshots", COMMIT));
+    expect(readFileSync(join(dir, "embed.mlpackage/Data/com.apple.CoreML/weights/weight.bin"), "utf8")).toBe(
+      "blob",
+    );
+    expect(existsSync(join(dir, "model.json"))).toBe(true);
+    expect(existsSync(join(dir, "tokenizer.json"))).toBe(true);
+    expect(existsSync(join(dir, "source"))).toBe(false);
+    expect(existsSync(join(dir, "README.md"))).toBe(false);
+    await expect(resolveModelRef("hf:acme/tiny-ane", { cacheDir, allowDownload: false })).resolves.toBe(dir);
   });
 
   it("finds snapshots made by other tools and reports missing ones clearly", async () => {

@@ -1,0 +1,4 @@
+export * from "./backend.js";
+export * from "./errors.js";
+export * from "./generation.js";
+export * from "./load.js";

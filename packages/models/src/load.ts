@@ -1,0 +1,209 @@
+/**
+ * loadModel(): the one way to open a model — a converted chain on the ANE (Core ML) or the reference
+ * interpreter, or a Qwen3.5 checkpoint on MLX — with its tokenizer, chat template and sampling
+ * defaults, ready to generate. The shape follows the Node LLM libraries (node-llama-cpp's
+ * `loadModel`, transformers.js' `from_pretrained`): one async call, an object to dispose.
+ */
+import { existsSync } from "node:fs";
+import { resolve as resolvePath } from "node:path";
+import {
+  type ChatTemplate,
+  type GenerateOptions,
+  type Generation,
+  generate,
+  loadTokenizer,
+  MissingTokenizerFileError,
+  type SamplingOptions,
+  type StepModel,
+  type Tokenizer,
+} from "@anemll-qwen35/generate";
+import { readChainManifest } from "@anemll-qwen35/ir/chain";
+import { type ResolveProgress, resolveModelRef } from "@anemll-qwen35/ir/checkpoint";
+import {
+  type Backend,
+  ChainRunner,
+  type ComputeUnits,
+  coreMLBackend,
+  referenceBackend,
+} from "@anemll-qwen35/runtime-ane";
+import { type BackendChoice, type BackendName, chooseBackend, modelKind } from "./backend.js";
+import { ModelLoadError } from "./errors.js";
+import { generationDefaults, withTop1Default } from "./generation.js";
+import { loadMlx } from "./mlx.js";
+
+export type LoadProgress =
+  | ResolveProgress
+  | {
+      readonly stage: "compile";
+      readonly component: string;
+      readonly state: "start" | "done";
+      readonly seconds?: number;
+    }
+  | { readonly stage: "load"; readonly component: string; readonly index: number; readonly total: number }
+  | { readonly stage: "weights"; readonly done: number; readonly total: number };
+
+export interface LoadModelOptions {
+  /** Default "auto": coreml for a chain where Core ML is available, else reference; mlx for a checkpoint. */
+  backend?: BackendChoice;
+  /**
+   * The folder with tokenizer.json (+ tokenizer_config.json, chat template); default: the model's own
+   * folder. `false` loads no tokenizer (token ids only, e.g. synthetic checkpoints in benchmarks).
+   */
+  tokenizer?: string | false;
+  /** reference backend: "fp32" (exact, default) or "fp16" (rounds every fp16 op result as the ANE does). */
+  precision?: "fp32" | "fp16";
+  /** coreml backend: default "cpuAndNeuralEngine". */
+  computeUnits?: ComputeUnits;
+  /** Chains: "error" (default) when the context is full, or "slide" the window (re-prefills the kept tokens). */
+  contextOverflow?: "error" | "slide";
+  /** Wraps the chain backend (timing, tracing); chains only. */
+  wrapBackend?: (backend: Backend) => Backend;
+  /** mlx: most tokens per sequence (default: the config's max_position_embeddings). */
+  contextLength?: number;
+  /** mlx: weight and activation dtype (default: the checkpoint's, bfloat16 for official ones). */
+  dtype?: "float32" | "bfloat16" | "float16";
+  /** mlx: quantize projections, embedding and head at load (affine, as mlx-lm does). */
+  bits?: 4 | 8;
+  /** mlx: allocate the KV cache for the whole context at once instead of growing it. */
+  preallocateKv?: boolean;
+  onProgress?: (event: LoadProgress) => void;
+  signal?: AbortSignal;
+}
+
+export interface BackendInfo {
+  readonly name: BackendName;
+  /** e.g. "reference (fp32)", "coreml (cpuAndNeuralEngine)", "mlx (bfloat16, 4-bit)". */
+  readonly detail: string;
+}
+
+/** An open model. `T` is `undefined` when it was loaded with `tokenizer: false`. */
+export interface LoadedModel<T extends Tokenizer | undefined = Tokenizer> extends AsyncDisposable {
+  /** The stateful model generate() drives (ChainRunner for chains, MlxQwen35 for checkpoints). */
+  readonly model: StepModel;
+  readonly tokenizer: T;
+  /** The tokenizer folder's chat template, when it has one. */
+  readonly chatTemplate: ChatTemplate | undefined;
+  /** Sampling defaults (generation_config.json, else OpenAI's); greedy for an argmax-only head. */
+  readonly sampling: SamplingOptions;
+  readonly backend: BackendInfo;
+  /** The local folder the model was read from (an `hf:` reference resolves into the HF cache). */
+  readonly dir: string;
+  readonly contextLength: number;
+  /** generate() over this model and tokenizer, with `sampling` under the caller's options. */
+  generate(options: GenerateOptions): Generation;
+  dispose(): Promise<void>;
+}
+
+/** Opens `ref` (a folder or `hf:owner/name[@revision]`); see LoadModelOptions. */
+export async function loadModel(
+  ref: string,
+  options: LoadModelOptions & { tokenizer: false },
+): Promise<LoadedModel<undefined>>;
+export async function loadModel(ref: string, options?: LoadModelOptions): Promise<LoadedModel>;
+export async function loadModel(
+  ref: string,
+  options: LoadModelOptions = {},
+): Promise<LoadedModel<Tokenizer | undefined>> {
+  if (!ref.startsWith("hf:") && !existsSync(ref)) throw new ModelLoadError(ref, "no such folder");
+  let dir: string;
+  try {
+    dir = await resolveModelRef(ref, { onProgress: options.onProgress, signal: options.signal });
+  } catch (err) {
+    throw new ModelLoadError(ref, (err as Error).message, { cause: err });
+  }
+  const kind = modelKind(dir, ref);
+  const backend = chooseBackend(kind, options.backend ?? "auto", ref);
+  const opened =
+    backend === "mlx" ? await loadMlx(ref, dir, options) : await loadChain(dir, backend, options);
+  try {
+    const tokenizer =
+      options.tokenizer === false
+        ? undefined
+        : await openTokenizer(ref, options.tokenizer ?? dir, opened.eosTokenIds);
+    const sampling = withTop1Default(opened.model, await generationDefaults(dir));
+    const model = opened.model;
+    let disposed = false;
+    const dispose = async () => {
+      if (disposed) return;
+      disposed = true;
+      await model.dispose();
+    };
+    return {
+      model,
+      tokenizer,
+      chatTemplate: tokenizer?.chatTemplateSource === undefined ? undefined : tokenizer.chatTemplate,
+      sampling,
+      backend: { name: backend, detail: opened.detail },
+      dir,
+      contextLength: model.contextLength,
+      generate(o: GenerateOptions): Generation {
+        if (!tokenizer) {
+          throw new ModelLoadError(
+            ref,
+            "this model was loaded with tokenizer: false and cannot generate text",
+          );
+        }
+        return generate(model, tokenizer, { ...o, sampling: { ...sampling, ...o.sampling } });
+      },
+      dispose,
+      [Symbol.asyncDispose]: dispose,
+    };
+  } catch (err) {
+    await opened.model.dispose();
+    throw err;
+  }
+}
+
+/** A runtime's model before the tokenizer: what the loaders below return. */
+export interface OpenedRuntime {
+  readonly model: StepModel;
+  readonly detail: string;
+  readonly eosTokenIds: readonly number[];
+}
+
+async function loadChain(
+  dir: string,
+  name: "coreml" | "reference",
+  o: LoadModelOptions,
+): Promise<OpenedRuntime> {
+  const onCompile = (e: { component: string; stage: "start" | "done"; seconds?: number }) =>
+    o.onProgress?.({ stage: "compile", component: e.component, state: e.stage, seconds: e.seconds });
+  const raw =
+    name === "coreml"
+      ? coreMLBackend({ computeUnits: o.computeUnits, onCompile })
+      : referenceBackend({ precision: o.precision ?? "fp32" });
+  const backend = o.wrapBackend ? o.wrapBackend(raw) : raw;
+  const manifest = await readChainManifest(dir);
+  const model = await ChainRunner.load(dir, {
+    backend,
+    contextOverflow: o.contextOverflow ?? "error",
+    onProgress: (e) => o.onProgress?.(e),
+    signal: o.signal,
+  });
+  const detail =
+    name === "coreml"
+      ? `coreml (${o.computeUnits ?? "cpuAndNeuralEngine"})`
+      : `reference (${o.precision ?? "fp32"})`;
+  return { model, detail, eosTokenIds: manifest.tokenizer.eosTokenIds };
+}
+
+async function openTokenizer(
+  ref: string,
+  folder: string,
+  eosTokenIds: readonly number[],
+): Promise<Tokenizer> {
+  const dir = resolvePath(folder);
+  try {
+    return await loadTokenizer(dir, { eosTokenIds: [...eosTokenIds] });
+  } catch (err) {
+    if (err instanceof MissingTokenizerFileError && err.file.endsWith("tokenizer.json")) {
+      throw new ModelLoadError(
+        ref,
+        `no tokenizer in ${dir} (${(err as Error).message}); give the folder that has tokenizer.json ` +
+          "(the `tokenizer` option, --tokenizer on the command line), or tokenizer: false for token ids only",
+        { cause: err },
+      );
+    }
+    throw err;
+  }
+}
