@@ -147,7 +147,7 @@ function kvFromState(
       end: [row + 1, Hkv, ctx, hd],
       name: `${name}_${tag}_rows`,
     });
-    return kNew.dtype === "fp16" ? x : b.cast({ x, dtype: kNew.dtype, name: `${name}_${tag}_cast` });
+    return kNew.dtype === "fp16" ? x : b.cast({ x, dtype: "fp32", name: `${name}_${tag}_cast` }); // fp32 graphs
   };
   return { keys: take(kv.kRow, "keys"), values: take(kv.vRow, "values") };
 }
@@ -169,27 +169,26 @@ export async function attentionLayer(
   const G = H / Hkv; // query heads per KV head
   const eps = cfg.rmsNormEps;
   const p = `layers.${layer}.self_attn.`;
-  const n = `l${layer}_attn`;
 
   // q_proj: per head [q_h | gate_h]
-  const qg = conv1x1(b, x, await w.conv1x1Weight(`${p}q_proj.weight`, "body"), `${n}_qg`); // [1, 2·H·hd, 1, 1]
-  const qgHeads = b.reshape({ x: qg, shape: [1, H, 1, 2 * hd], name: `${n}_qg_heads` });
-  const qRaw = b.sliceByIndex({ x: qgHeads, begin: [0, 0, 0, 0], end: [1, H, 1, hd], name: `${n}_q_raw` }); // [1, H, 1, hd]
+  const qg = conv1x1(b, x, await w.conv1x1Weight(`${p}q_proj.weight`, "body"), "qg"); // [1, 2·H·hd, 1, 1]
+  const qgHeads = b.reshape({ x: qg, shape: [1, H, 1, 2 * hd], name: "qg_heads" });
+  const qRaw = b.sliceByIndex({ x: qgHeads, begin: [0, 0, 0, 0], end: [1, H, 1, hd], name: "q_raw" }); // [1, H, 1, hd]
   const gate = b.sliceByIndex({
     x: qgHeads,
     begin: [0, 0, 0, hd],
     end: [1, H, 1, 2 * hd],
-    name: `${n}_gate`,
+    name: "gate",
   }); // [1, H, 1, hd]
   const kRaw = b.reshape({
-    x: conv1x1(b, x, await w.conv1x1Weight(`${p}k_proj.weight`, "body"), `${n}_k_proj`),
+    x: conv1x1(b, x, await w.conv1x1Weight(`${p}k_proj.weight`, "body"), "k_proj"),
     shape: [1, Hkv, 1, hd],
-    name: `${n}_k_raw`,
+    name: "k_raw",
   });
   const vNew = b.reshape({
-    x: conv1x1(b, x, await w.conv1x1Weight(`${p}v_proj.weight`, "body"), `${n}_v_proj`),
+    x: conv1x1(b, x, await w.conv1x1Weight(`${p}v_proj.weight`, "body"), "v_proj"),
     shape: [1, Hkv, 1, hd],
-    name: `${n}_v_new`,
+    name: "v_new",
   });
 
   // per-head zero-centred RMSNorm over hd, then partial RoPE
@@ -197,41 +196,41 @@ export async function attentionLayer(
   const kGain = await zeroCentredGain(w, `${p}k_norm.weight`, [hd]);
   const q = applyRope(
     b,
-    rmsNormAne(b, qRaw, { axis: 3, eps, gamma: qGain, name: `${n}_q_norm` }),
+    rmsNormAne(b, qRaw, { axis: 3, eps, gamma: qGain, name: "q_norm" }),
     rope,
     cfg.rotaryDim,
-    `${n}_q_rope`,
+    "q_rope",
   );
   const kNew = applyRope(
     b,
-    rmsNormAne(b, kRaw, { axis: 3, eps, gamma: kGain, name: `${n}_k_norm` }),
+    rmsNormAne(b, kRaw, { axis: 3, eps, gamma: kGain, name: "k_norm" }),
     rope,
     cfg.rotaryDim,
-    `${n}_k_new`,
+    "k_new",
   );
 
   // keys and values this query attends to
   let keys: MilVar;
   let values: MilVar;
   if (kv.kind === "io") {
-    keys = b.concat({ values: [kv.k, kNew], axis: 2, name: `${n}_keys` }); // [1, Hkv, ctx+1, hd]
-    values = b.concat({ values: [kv.v, vNew], axis: 2, name: `${n}_values` });
+    keys = b.concat({ values: [kv.k, kNew], axis: 2, name: "keys" }); // [1, Hkv, ctx+1, hd]
+    values = b.concat({ values: [kv.v, vNew], axis: 2, name: "values" });
   } else {
-    ({ keys, values } = kvFromState(b, kv, kNew, vNew, `${n}_kv`)); // [1, Hkv, ctx, hd]
+    ({ keys, values } = kvFromState(b, kv, kNew, vNew, "kv")); // [1, Hkv, ctx, hd]
   }
 
   // GQA: query heads h = j·G .. j·G+G-1 are the G query rows of KV head j; SDPA scales by 1/√hd
-  const qGroups = b.reshape({ x: q, shape: [1, Hkv, G, hd], name: `${n}_q_groups` });
+  const qGroups = b.reshape({ x: q, shape: [1, Hkv, G, hd], name: "q_groups" });
   const o = b.scaledDotProductAttention({
     query: qGroups,
     key: keys,
     value: values,
     attnMask: mask,
-    name: `${n}_sdpa`,
+    name: "sdpa",
   }); // [1, Hkv, G, hd]
-  const oFlat = b.reshape({ x: o, shape: [1, H * hd, 1, 1], name: `${n}_o` });
-  const gateFlat = b.reshape({ x: gate, shape: [1, H * hd, 1, 1], name: `${n}_gate_flat` });
-  const gated = b.mul({ x: oFlat, y: b.sigmoid({ x: gateFlat, name: `${n}_gate_sig` }), name: `${n}_gated` });
-  const out = conv1x1(b, gated, await w.conv1x1Weight(`${p}o_proj.weight`, "body"), `${n}_out`); // [1, D, 1, 1]
+  const oFlat = b.reshape({ x: o, shape: [1, H * hd, 1, 1], name: "o" });
+  const gateFlat = b.reshape({ x: gate, shape: [1, H * hd, 1, 1], name: "gate_flat" });
+  const gated = b.mul({ x: oFlat, y: b.sigmoid({ x: gateFlat, name: "gate_sig" }), name: "gated" });
+  const out = conv1x1(b, gated, await w.conv1x1Weight(`${p}o_proj.weight`, "body"), "out"); // [1, D, 1, 1]
   return { out, kNew, vNew };
 }

@@ -19,7 +19,7 @@ import {
   siluTanh,
   softplusStable,
 } from "./ane.js";
-import { type GraphWeights, milName } from "./weights.js";
+import type { GraphWeights } from "./weights.js";
 
 /** The layer's state inputs: conv window [1, convDim, K-1] and recurrent state [1, Hv, dk, dv] (holds 64·S). */
 export interface GdnStateIn {
@@ -60,97 +60,83 @@ export async function gdnLayer(
   const dk = cfg.linearKeyHeadDim;
   const dv = cfg.linearValueHeadDim;
   const p = `layers.${layer}.linear_attn.`;
-  const n = `l${layer}_gdn`;
 
   // projections
-  const qkv = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_qkv.weight`, "body"), `${n}_qkv`); // [1, convDim, 1, 1]
-  const z = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_z.weight`, "body"), `${n}_z`); // [1, Hv·dv, 1, 1]
+  const qkv = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_qkv.weight`, "body"), "qkv"); // [1, convDim, 1, 1]
+  const z = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_z.weight`, "body"), "z"); // [1, Hv·dv, 1, 1]
   const beta = b.sigmoid({
-    x: conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_b.weight`, "body"), `${n}_b`),
-    name: `${n}_beta`,
+    x: conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_b.weight`, "body"), "b"),
+    name: "beta",
   }); // [1, Hv, 1, 1]
-  const a = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_a.weight`, "body"), `${n}_a`); // [1, Hv, 1, 1]
+  const a = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_a.weight`, "body"), "a"); // [1, Hv, 1, 1]
 
   // causal depthwise conv over the window [K-1 cached columns | this token], then SiLU
-  const column = b.reshape({ x: qkv, shape: [1, convDim, 1], name: `${n}_col` });
-  const window = b.concat({ values: [state.conv, column], axis: 2, name: `${n}_window` }); // [1, convDim, K]
+  const column = b.reshape({ x: qkv, shape: [1, convDim, 1], name: "col" });
+  const window = b.concat({ values: [state.conv, column], axis: 2, name: "window" }); // [1, convDim, K]
   const convNext = b.sliceByIndex({
     x: window,
     begin: [0, 0, 1],
     end: [1, convDim, K],
-    name: `${n}_conv_next`,
+    name: "conv_next",
   }); // [1, convDim, K-1]
-  const convW = w.constant(
-    await w.float32(`${p}conv1d.weight`),
-    [1, convDim, K],
-    milName(`${p}conv1d.weight`),
-  ); // [C, 1, K] → [1, C, K]
-  const taps = b.mul({ x: window, y: convW, name: `${n}_taps` });
-  const mixed = siluTanh(
-    b,
-    b.reduceSum({ x: taps, axes: [2], keepDims: true, name: `${n}_conv` }),
-    `${n}_conv_act`,
-  ); // [1, convDim, 1]
+  const convW = w.tensorConstant(`${p}conv1d.weight`, await w.float32(`${p}conv1d.weight`), [1, convDim, K]); // [C, 1, K] → [1, C, K]
+  const taps = b.mul({ x: window, y: convW, name: "taps" });
+  const mixed = siluTanh(b, b.reduceSum({ x: taps, axes: [2], keepDims: true, name: "conv" }), "conv_act"); // [1, convDim, 1]
   const [qRaw, kRaw, vRaw] = b.split({
     x: mixed,
     axis: 1,
     splitSizes: [keyDim, keyDim, valueDim],
-    name: `${n}_split`,
+    name: "split",
   });
 
   // q, k: per-head L2 norm (q also ×1/√dk and the fp16 scale), then value head j takes q/k head floor(j / r)
   const r = Hv / Hk;
-  const qHeads = b.reshape({ x: qRaw, shape: [1, Hk, 1, dk], name: `${n}_q_heads` });
-  const kHeads = b.reshape({ x: kRaw, shape: [1, Hk, 1, dk], name: `${n}_k_heads` });
-  const q = repeatInterleaveHeads(
-    b,
-    l2norm(w, qHeads, GDN_Q_SCALE / Math.sqrt(dk), `${n}_q_norm`),
-    r,
-    `${n}_q`,
-  ); // [1, Hv, dk, 1]
-  const k = repeatInterleaveHeads(b, l2norm(w, kHeads, 1, `${n}_k_norm`), r, `${n}_k`); // [1, Hv, dk, 1]
-  const vHeads = b.reshape({ x: vRaw, shape: [1, Hv, 1, dv], name: `${n}_v_heads` });
-  const v = b.mul({ x: vHeads, y: scalar(GDN_V_SCALE, vHeads), name: `${n}_v` }); // [1, Hv, 1, dv]
+  const qHeads = b.reshape({ x: qRaw, shape: [1, Hk, 1, dk], name: "q_heads" });
+  const kHeads = b.reshape({ x: kRaw, shape: [1, Hk, 1, dk], name: "k_heads" });
+  const q = repeatInterleaveHeads(b, l2norm(w, qHeads, GDN_Q_SCALE / Math.sqrt(dk), "q_norm"), r, "q"); // [1, Hv, dk, 1]
+  const k = repeatInterleaveHeads(b, l2norm(w, kHeads, 1, "k_norm"), r, "k"); // [1, Hv, dk, 1]
+  const vHeads = b.reshape({ x: vRaw, shape: [1, Hv, 1, dv], name: "v_heads" });
+  const v = b.mul({ x: vHeads, y: scalar(GDN_V_SCALE, vHeads), name: "v" }); // [1, Hv, 1, dv]
 
   // decay: g = −exp(A_log)·softplus(a + dt_bias) ≤ 0, with −exp(A_log) folded in fp32
   const aLog = await w.float32(`${p}A_log`);
   const negA = w.constant(
     Float32Array.from(aLog, (v) => -Math.exp(v)),
     [1, Hv, 1, 1],
-    `${n}_neg_exp_A`,
+    "neg_exp_A",
   );
-  const dtBias = w.constant(await w.float32(`${p}dt_bias`), [1, Hv, 1, 1], milName(`${p}dt_bias`));
-  const sp = softplusStable(b, b.add({ x: a, y: dtBias, name: `${n}_a_dt` }), `${n}_softplus`);
-  const decay = b.exp({ x: b.mul({ x: negA, y: sp, name: `${n}_g` }), name: `${n}_decay` }); // [1, Hv, 1, 1]
+  const dtBias = w.tensorConstant(`${p}dt_bias`, await w.float32(`${p}dt_bias`), [1, Hv, 1, 1]);
+  const sp = softplusStable(b, b.add({ x: a, y: dtBias, name: "a_dt" }), "softplus");
+  const decay = b.exp({ x: b.mul({ x: negA, y: sp, name: "g" }), name: "decay" }); // [1, Hv, 1, 1]
 
   // delta rule on S [1, Hv, dk, dv]:  S ← S·decay;  kv = Σ_d S[d,:]·k[d];  S ← S + k ⊗ (v − kv)·β;  o = Σ_d S[d,:]·q[d]
-  const sDecayed = b.mul({ x: state.rec, y: decay, name: `${n}_S_decay` });
+  const sDecayed = b.mul({ x: state.rec, y: decay, name: "S_decay" });
   const kv = b.reduceSum({
-    x: b.mul({ x: sDecayed, y: k, name: `${n}_Sk` }),
+    x: b.mul({ x: sDecayed, y: k, name: "Sk" }),
     axes: [2],
     keepDims: true,
-    name: `${n}_kv`,
+    name: "kv",
   }); // [1, Hv, 1, dv]
-  const delta = b.mul({ x: b.sub({ x: v, y: kv, name: `${n}_v_kv` }), y: beta, name: `${n}_delta` }); // [1, Hv, 1, dv]
-  const recNext = b.add({ x: sDecayed, y: b.mul({ x: k, y: delta, name: `${n}_k_delta` }), name: `${n}_S` }); // [1, Hv, dk, dv]
+  const delta = b.mul({ x: b.sub({ x: v, y: kv, name: "v_kv" }), y: beta, name: "delta" }); // [1, Hv, 1, dv]
+  const recNext = b.add({ x: sDecayed, y: b.mul({ x: k, y: delta, name: "k_delta" }), name: "S" }); // [1, Hv, dk, dv]
   const o = b.reduceSum({
-    x: b.mul({ x: recNext, y: q, name: `${n}_Sq` }),
+    x: b.mul({ x: recNext, y: q, name: "Sq" }),
     axes: [2],
     keepDims: true,
-    name: `${n}_o`,
+    name: "o",
   }); // [1, Hv, 1, dv], ×1024
 
   // gated RMSNorm per value head: rmsnorm(o)·w·silu(z); eps ×1024² cancels the 1024× scale of o exactly
-  const gNorm = w.constant(await w.float32(`${p}norm.weight`), [dv], milName(`${p}norm.weight`)); // plain weight, no 1 +
+  const gNorm = w.tensorConstant(`${p}norm.weight`, await w.float32(`${p}norm.weight`), [dv]); // plain weight, no 1 +
   const normed = rmsNormAne(b, o, {
     axis: 3,
     eps: cfg.rmsNormEps * GDN_NORM_EPS_SCALE,
     gamma: gNorm,
-    name: `${n}_norm`,
+    name: "norm",
   });
-  const zHeads = b.reshape({ x: z, shape: [1, Hv, 1, dv], name: `${n}_z_heads` });
-  const gated = b.mul({ x: normed, y: siluTanh(b, zHeads, `${n}_z_act`), name: `${n}_gated` });
-  const flat = b.reshape({ x: gated, shape: [1, valueDim, 1, 1], name: `${n}_flat` });
-  const out = conv1x1(b, flat, await w.conv1x1Weight(`${p}out_proj.weight`, "body"), `${n}_out`); // [1, D, 1, 1]
+  const zHeads = b.reshape({ x: z, shape: [1, Hv, 1, dv], name: "z_heads" });
+  const gated = b.mul({ x: normed, y: siluTanh(b, zHeads, "z_act"), name: "gated" });
+  const flat = b.reshape({ x: gated, shape: [1, valueDim, 1, 1], name: "flat" });
+  const out = conv1x1(b, flat, await w.conv1x1Weight(`${p}out_proj.weight`, "body"), "out"); // [1, D, 1, 1]
   return { out, conv: convNext, rec: recNext };
 }

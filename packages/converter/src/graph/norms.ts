@@ -2,7 +2,7 @@
 import { AnemllError } from "@anemll-qwen35/core";
 import type { MilVar } from "@anemll-qwen35/ir/mil";
 import { rmsNormAne } from "./ane.js";
-import { type GraphWeights, milName } from "./weights.js";
+import type { GraphWeights } from "./weights.js";
 
 /**
  * The gain of a zero-centred RMSNorm (input/post-attention layernorms, the final norm, q_norm,
@@ -21,7 +21,7 @@ export async function zeroCentredGain(
   }
   const raw = await w.float32(canonical);
   const gain = Float32Array.from(raw, (v) => Math.fround(1 + v));
-  return w.constant(gain, shape, `${milName(canonical)}_1p`);
+  return w.tensorConstant(canonical, gain, shape, "_1p");
 }
 
 /** RMSNorm1p over the channels of x [1, D, 1, 1] with the gain of `canonical`. */

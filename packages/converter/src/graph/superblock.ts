@@ -39,28 +39,26 @@ export async function decoderLayer(
   outputs: StepOutputs,
 ): Promise<MilVar> {
   const b = w.b;
-  const n = `l${layer}`;
-  const x = await rmsNorm1p(w, `layers.${layer}.input_layernorm.weight`, h, `${n}_input_norm`);
-  let mixed: MilVar;
-  if (w.source.config.layerTypes[layer] === "linear_attention") {
-    const step = await gdnLayer(w, layer, x, inputs.gdn.get(layer) as GdnStateIn);
-    outputs.gdn.set(layer, step);
-    mixed = step.out;
-  } else {
-    const step = await attentionLayer(
-      w,
-      layer,
-      x,
-      inputs.rope,
-      inputs.mask,
-      inputs.kv.get(layer) as KvBinding,
-    );
-    outputs.attention.set(layer, step);
-    mixed = step.out;
-  }
-  const h1 = b.add({ x: h, y: mixed, name: `${n}_mixer_residual` });
-  const x2 = await rmsNorm1p(w, `layers.${layer}.post_attention_layernorm.weight`, h1, `${n}_post_norm`);
-  return b.add({ x: h1, y: await mlp(w, layer, x2), name: `${n}_mlp_residual` });
+  // ops are named l{layer}_…, l{layer}_gdn_…, l{layer}_attn_…, l{layer}_mlp_…
+  return b.scope(`l${layer}`, async () => {
+    const x = await rmsNorm1p(w, `layers.${layer}.input_layernorm.weight`, h, "input_norm");
+    let mixed: MilVar;
+    if (w.source.config.layerTypes[layer] === "linear_attention") {
+      const step = await b.scope("gdn", () => gdnLayer(w, layer, x, inputs.gdn.get(layer) as GdnStateIn));
+      outputs.gdn.set(layer, step);
+      mixed = step.out;
+    } else {
+      const step = await b.scope("attn", () =>
+        attentionLayer(w, layer, x, inputs.rope, inputs.mask, inputs.kv.get(layer) as KvBinding),
+      );
+      outputs.attention.set(layer, step);
+      mixed = step.out;
+    }
+    const h1 = b.add({ x: h, y: mixed, name: "mixer_residual" });
+    const x2 = await rmsNorm1p(w, `layers.${layer}.post_attention_layernorm.weight`, h1, "post_norm");
+    const m = await b.scope("mlp", () => mlp(w, layer, x2));
+    return b.add({ x: h1, y: m, name: "mlp_residual" });
+  });
 }
 
 /** Super-block `sb`: its four layers in order. */

@@ -129,9 +129,14 @@ export class GraphWeights {
     return this.source.get(canonical);
   }
 
-  /** A small constant in the graph dtype (norm gains, biases, tables), named `name`. */
+  /** A small constant in the graph dtype (a table derived in the graph), named `name` in the current scope. */
   constant(values: Float32Array, shape: readonly number[], name: string): MilVar {
     return this.b.const(values, this.dtype, shape, { name });
+  }
+
+  /** A checkpoint tensor (or values folded from it) as a constant, named for the tensor in any scope. */
+  tensorConstant(canonical: string, values: Float32Array, shape: readonly number[], suffix = ""): MilVar {
+    return this.b.unscoped(() => this.constant(values, shape, `${milName(canonical)}${suffix}`));
   }
 
   /**
@@ -162,7 +167,8 @@ export class GraphWeights {
     name: string,
   ): Promise<MilVar> {
     try {
-      return await this.encodeUnchecked(t, start, end, tail, role, name);
+      // weights are named for their tensor, not for where the graph uses them
+      return await this.b.unscoped(() => this.encodeUnchecked(t, start, end, tail, role, name));
     } catch (e) {
       if (e instanceof WeightEncodingError) throw e;
       throw new WeightEncodingError(name, e);

@@ -12,6 +12,7 @@
  *   const model = b.model();
  */
 import { type DType, InvalidArgumentError, type Tensor } from "@anemll-qwen35/core";
+import { MilOpMethods } from "./builder-ops.gen.js";
 import { MilProgramError, MilUnknownOpError } from "./errors.js";
 import { getOpDef, type InputInfo, type OpDef, opAvailableIn, specVersionForOpset } from "./ops/index.js";
 import type {
@@ -150,7 +151,7 @@ function snake(k: string): string {
 }
 
 /** Builds one MIL function; standalone, or one function of a MilProgramBuilder. */
-export class MilBuilder {
+export class MilBuilder extends MilOpMethods {
   readonly opset: string;
   readonly functionName: string;
   private readonly sink: BlobSink | undefined;
@@ -160,8 +161,11 @@ export class MilBuilder {
   private readonly outputs: MilVar[] = [];
   private readonly names = new Set<string>();
   private readonly counters = new Map<string, number>();
+  /** Name prefixes of the enclosing `scope` calls. */
+  private scopes: readonly string[] = [];
 
   constructor(opts: MilBuilderOptions = {}, program?: MilProgramBuilder, functionName = "main") {
+    super();
     this.opset = opts.opset ?? DEFAULT_OPSET;
     specVersionForOpset(this.opset); // validates the opset string
     this.sink = opts.blobSink;
@@ -214,7 +218,10 @@ export class MilBuilder {
       if (!dtype) throw new InvalidArgumentError("const: dtype is required for array data");
       cv = this.makeConst({ data, dtype, shape: shape ?? [data.length] });
     }
-    return this.emitConst(cv, opts.name ? this.claim(opts.name, "const") : this.autoName("const"));
+    return this.emitConst(
+      cv,
+      opts.name ? this.claim(this.scoped(opts.name), "const") : this.autoName("const"),
+    );
   }
 
   private makeConst(init: ConstInit): ConstValue {
@@ -257,7 +264,7 @@ export class MilBuilder {
     args: Readonly<Record<string, Arg | readonly MilVar[] | undefined>>,
     opts: OpOptions = {},
   ): MilVar[] {
-    const name = opts.name !== undefined ? this.claim(opts.name, type) : this.autoName(type);
+    const name = opts.name !== undefined ? this.claim(this.scoped(opts.name), type) : this.autoName(type);
     const loc = { opType: type, opName: name, fn: this.functionName };
     const def = getOpDef(type);
     if (!def || type === "const") {
@@ -406,6 +413,41 @@ export class MilBuilder {
   // -------------------------------------------------------------------------------------------
   // names and outputs
 
+  /**
+   * Runs `build` (sync or async) with `prefix` scoping the names given inside it: an op named "qkv"
+   * in scope "l3_gdn" is "l3_gdn_qkv". Scopes nest; inputs, states and outputs are never scoped.
+   */
+  scope<T>(prefix: string, build: () => T): T {
+    return this.withScopes([...this.scopes, prefix], build);
+  }
+
+  /** Runs `build` with no scope (constants named for what they are, e.g. a checkpoint tensor). */
+  unscoped<T>(build: () => T): T {
+    return this.withScopes([], build);
+  }
+
+  private withScopes<T>(scopes: string[], build: () => T): T {
+    const saved = this.scopes;
+    this.scopes = scopes;
+    const restore = () => {
+      this.scopes = saved;
+    };
+    let result: T;
+    try {
+      result = build();
+    } catch (err) {
+      restore();
+      throw err;
+    }
+    if (result instanceof Promise) return result.finally(restore) as T;
+    restore();
+    return result;
+  }
+
+  private scoped(name: string): string {
+    return this.scopes.length === 0 ? name : `${this.scopes.join("_")}_${name}`;
+  }
+
   private claim(name: string, what: string): string {
     if (!IDENT.test(name)) {
       throw new InvalidArgumentError(
@@ -509,275 +551,21 @@ export class MilBuilder {
   }
 
   // -------------------------------------------------------------------------------------------
-  // typed op methods (inputs in camelCase; MIL names are their snake_case forms)
+  // the typed op methods (builder-ops.gen.ts) land here
 
-  private one(type: string, a: object): MilVar {
+  protected one(type: string, a: object): MilVar {
     const outs = this.many(type, a);
     if (outs.length !== 1) throw new InvalidArgumentError(`${type}: expected one output, got ${outs.length}`);
     return outs[0];
   }
 
-  private many(type: string, a: object): MilVar[] {
+  protected many(type: string, a: object): MilVar[] {
     const { name, ...rest } = a as { name?: string } & Record<string, Arg | readonly MilVar[] | undefined>;
     const args: Record<string, Arg | readonly MilVar[] | undefined> = {};
     for (const [k, v] of Object.entries(rest)) args[snake(k)] = v;
     return this.op(type, args, { name });
   }
-
-  linear(a: { x: Arg; weight: Arg; bias?: Arg } & OpOptions): MilVar {
-    return this.one("linear", a);
-  }
-  matmul(a: { x: Arg; y: Arg; transposeX?: Arg; transposeY?: Arg } & OpOptions): MilVar {
-    return this.one("matmul", a);
-  }
-  conv(
-    a: {
-      x: Arg;
-      weight: Arg;
-      bias?: Arg;
-      strides?: Arg;
-      padType?: "valid" | "same" | "same_lower" | "custom";
-      pad?: Arg;
-      dilations?: Arg;
-      groups?: Arg;
-    } & OpOptions,
-  ): MilVar {
-    return this.one("conv", a);
-  }
-
-  add(a: Binary): MilVar {
-    return this.one("add", a);
-  }
-  sub(a: Binary): MilVar {
-    return this.one("sub", a);
-  }
-  mul(a: Binary): MilVar {
-    return this.one("mul", a);
-  }
-  realDiv(a: Binary): MilVar {
-    return this.one("real_div", a);
-  }
-  floorDiv(a: Binary): MilVar {
-    return this.one("floor_div", a);
-  }
-  mod(a: Binary): MilVar {
-    return this.one("mod", a);
-  }
-  pow(a: Binary): MilVar {
-    return this.one("pow", a);
-  }
-  maximum(a: Binary): MilVar {
-    return this.one("maximum", a);
-  }
-  minimum(a: Binary): MilVar {
-    return this.one("minimum", a);
-  }
-  equal(a: Binary): MilVar {
-    return this.one("equal", a);
-  }
-  notEqual(a: Binary): MilVar {
-    return this.one("not_equal", a);
-  }
-  less(a: Binary): MilVar {
-    return this.one("less", a);
-  }
-  lessEqual(a: Binary): MilVar {
-    return this.one("less_equal", a);
-  }
-  greater(a: Binary): MilVar {
-    return this.one("greater", a);
-  }
-  greaterEqual(a: Binary): MilVar {
-    return this.one("greater_equal", a);
-  }
-  logicalAnd(a: Binary): MilVar {
-    return this.one("logical_and", a);
-  }
-  logicalOr(a: Binary): MilVar {
-    return this.one("logical_or", a);
-  }
-  logicalXor(a: Binary): MilVar {
-    return this.one("logical_xor", a);
-  }
-  logicalNot(a: Unary): MilVar {
-    return this.one("logical_not", a);
-  }
-
-  abs(a: Unary): MilVar {
-    return this.one("abs", a);
-  }
-  square(a: Unary): MilVar {
-    return this.one("square", a);
-  }
-  sqrt(a: Unary): MilVar {
-    return this.one("sqrt", a);
-  }
-  /** 1/sqrt(x + epsilon); epsilon defaults to 1e-12 in x's dtype (0 in fp16), as coremltools. */
-  rsqrt(a: Unary & { epsilon?: Arg }): MilVar {
-    return this.one("rsqrt", a);
-  }
-  inverse(a: Unary & { epsilon?: Arg }): MilVar {
-    return this.one("inverse", a);
-  }
-  exp(a: Unary): MilVar {
-    return this.one("exp", a);
-  }
-  log(a: Unary & { epsilon?: Arg }): MilVar {
-    return this.one("log", a);
-  }
-  tanh(a: Unary): MilVar {
-    return this.one("tanh", a);
-  }
-  sigmoid(a: Unary): MilVar {
-    return this.one("sigmoid", a);
-  }
-  silu(a: Unary): MilVar {
-    return this.one("silu", a);
-  }
-  softplus(a: Unary): MilVar {
-    return this.one("softplus", a);
-  }
-  relu(a: Unary): MilVar {
-    return this.one("relu", a);
-  }
-  sin(a: Unary): MilVar {
-    return this.one("sin", a);
-  }
-  cos(a: Unary): MilVar {
-    return this.one("cos", a);
-  }
-  floor(a: Unary): MilVar {
-    return this.one("floor", a);
-  }
-  ceil(a: Unary): MilVar {
-    return this.one("ceil", a);
-  }
-  cast(a: Unary & { dtype: MilDType }): MilVar {
-    return this.one("cast", a);
-  }
-  select(a: { cond: Arg; a: Arg; b: Arg } & OpOptions): MilVar {
-    return this.one("select", a);
-  }
-  clip(a: Unary & { alpha: Arg; beta: Arg }): MilVar {
-    return this.one("clip", a);
-  }
-  identity(a: Unary): MilVar {
-    return this.one("identity", a);
-  }
-
-  reduceSum(a: Reduce): MilVar {
-    return this.one("reduce_sum", a);
-  }
-  reduceMean(a: Reduce): MilVar {
-    return this.one("reduce_mean", a);
-  }
-  reduceMax(a: Reduce): MilVar {
-    return this.one("reduce_max", a);
-  }
-  reduceMin(a: Reduce): MilVar {
-    return this.one("reduce_min", a);
-  }
-  reduceProd(a: Reduce): MilVar {
-    return this.one("reduce_prod", a);
-  }
-  reduceSumSquare(a: Reduce): MilVar {
-    return this.one("reduce_sum_square", a);
-  }
-  reduceArgmax(a: Unary & { axis?: Arg; keepDims?: Arg; outputDtype?: "int32" | "uint16" }): MilVar {
-    return this.one("reduce_argmax", a);
-  }
-  reduceArgmin(a: Unary & { axis?: Arg; keepDims?: Arg; outputDtype?: "int32" | "uint16" }): MilVar {
-    return this.one("reduce_argmin", a);
-  }
-  softmax(a: Unary & { axis?: Arg }): MilVar {
-    return this.one("softmax", a);
-  }
-  layerNorm(a: Unary & { axes?: Arg; gamma?: Arg; beta?: Arg; epsilon?: Arg }): MilVar {
-    return this.one("layer_norm", a);
-  }
-  cumsum(a: Unary & { axis?: Arg; exclusive?: Arg; reverse?: Arg }): MilVar {
-    return this.one("cumsum", a);
-  }
-
-  reshape(a: Unary & { shape: Arg }): MilVar {
-    return this.one("reshape", a);
-  }
-  transpose(a: Unary & { perm: Arg }): MilVar {
-    return this.one("transpose", a);
-  }
-  expandDims(a: Unary & { axes: Arg }): MilVar {
-    return this.one("expand_dims", a);
-  }
-  squeeze(a: Unary & { axes?: Arg }): MilVar {
-    return this.one("squeeze", a);
-  }
-  concat(a: { values: readonly MilVar[]; axis: Arg; interleave?: Arg } & OpOptions): MilVar {
-    return this.one("concat", a);
-  }
-  /** Outputs are named `<name>_0`, `<name>_1`, ... */
-  split(a: Unary & { axis: Arg; numSplits?: Arg; splitSizes?: Arg }): MilVar[] {
-    return this.many("split", a);
-  }
-  sliceByIndex(a: Unary & SliceArgs): MilVar {
-    return this.one("slice_by_index", a);
-  }
-  sliceUpdate(a: Unary & SliceArgs & { update: Arg }): MilVar {
-    return this.one("slice_update", a);
-  }
-  gather(a: Unary & { indices: Arg; axis?: Arg; batchDims?: Arg; validateIndices?: Arg }): MilVar {
-    return this.one("gather", a);
-  }
-  gatherAlongAxis(a: Unary & { indices: Arg; axis?: Arg; validateIndices?: Arg }): MilVar {
-    return this.one("gather_along_axis", a);
-  }
-  fill(a: { shape: Arg; value?: Arg } & OpOptions): MilVar {
-    return this.one("fill", a);
-  }
-  /** [values, indices] (indices only with returnIndices, the default). */
-  topk(
-    a: Unary & {
-      k?: Arg;
-      axis?: Arg;
-      ascending?: Arg;
-      sort?: Arg;
-      returnIndices?: Arg;
-      outputIndicesDtype?: "int32" | "uint16";
-    },
-  ): MilVar[] {
-    return this.many("topk", a);
-  }
-  bandPart(a: Unary & { lower?: Arg; upper?: Arg }): MilVar {
-    return this.one("band_part", a);
-  }
-  tile(a: Unary & { reps: Arg }): MilVar {
-    return this.one("tile", a);
-  }
-
-  /** softmax(q·kᵀ/√E + mask)·v; a bool mask attends where true. */
-  scaledDotProductAttention(a: { query: Arg; key: Arg; value: Arg; attnMask?: Arg } & OpOptions): MilVar {
-    return this.one("scaled_dot_product_attention", a);
-  }
-  readState(a: { input: MilVar } & OpOptions): MilVar {
-    return this.one("read_state", a);
-  }
-  writeState(a: { input: MilVar; data: MilVar } & OpOptions): void {
-    this.many("write_state", a);
-  }
-
-  /** iOS18 palettized weight: out = lut[block(indices)][indices] (indices uintN, same shape as out). */
-  constexprLutToDense(a: { indices: Arg; lut: Arg; vectorAxis?: Arg } & OpOptions): MilVar {
-    return this.one("constexpr_lut_to_dense", a);
-  }
-  /** iOS18 quantized weight: out = scale · (data − offset), per block. */
-  constexprBlockwiseShiftScale(a: { data: Arg; scale: Arg; offset?: Arg } & OpOptions): MilVar {
-    return this.one("constexpr_blockwise_shift_scale", a);
-  }
 }
-
-type Binary = { x: Arg; y: Arg } & OpOptions;
-type Unary = { x: Arg } & OpOptions;
-type Reduce = Unary & { axes?: Arg; keepDims?: Arg };
-type SliceArgs = { begin: Arg; end: Arg; stride?: Arg; beginMask?: Arg; endMask?: Arg; squeezeMask?: Arg };
 
 /** Builds a program of several functions (multifunction models, spec >= 9). */
 export class MilProgramBuilder {

@@ -42,6 +42,7 @@ function check(a: OpArgs): { L: number; S: number; E: number; EV: number; batch:
 const sdpa: OpDef = {
   type: "scaled_dot_product_attention",
   version: "iOS18",
+  doc: "softmax(q·kᵀ/√E + mask)·v; a bool mask attends where true.",
   params: [
     { name: "query", dtype: "T" },
     { name: "key", dtype: "T" },

@@ -95,6 +95,7 @@ function lutCheck(a: OpArgs): { vectorAxis: number | undefined } {
 const lutToDense: OpDef = {
   type: "constexpr_lut_to_dense",
   version: "iOS18",
+  doc: "iOS18 palettized weight: out = lut[block(indices)][indices] (indices uintN, same shape as out).",
   available: "iOS16",
   constexpr: true,
   params: [
@@ -171,6 +172,7 @@ const SRC_DTYPES: readonly MilDType[] = ["int4", "uint4", "int8", "uint8", "fp16
 const blockwiseShiftScale: OpDef = {
   type: "constexpr_blockwise_shift_scale",
   version: "iOS18",
+  doc: "iOS18 quantized weight: out = scale · (data − offset), per block.",
   constexpr: true,
   params: [
     { name: "data", dtype: "SrcT", const: true },

@@ -316,6 +316,10 @@ function unaryDef(type: string): OpDef {
   return {
     type,
     version: u.version ?? "iOS15",
+    doc:
+      eps === undefined
+        ? undefined
+        : `${type}(x) with an epsilon that defaults to ${eps} in x's dtype (0 in fp16), as coremltools.`,
     params:
       eps === undefined
         ? [{ name: "x", dtype: "T" }]
@@ -356,7 +360,7 @@ const cast: OpDef = {
   version: "iOS17",
   params: [
     { name: "x", dtype: CAST_DTYPES },
-    { name: "dtype", dtype: STR, const: true },
+    { name: "dtype", dtype: STR, const: true, values: CAST_DTYPES },
   ],
   infer(a) {
     const d = a.str("dtype") as MilDType;

@@ -412,7 +412,14 @@ const conv: OpDef = {
     { name: "weight", dtype: "U" },
     { name: "bias", dtype: "U", optional: true },
     { name: "strides", dtype: I32, const: true, optional: true, default: (a) => lit.i32s(spatialOnes(a)) },
-    { name: "pad_type", dtype: STR, const: true, optional: true, default: () => lit.str("valid") },
+    {
+      name: "pad_type",
+      dtype: STR,
+      const: true,
+      optional: true,
+      values: PAD_TYPES,
+      default: () => lit.str("valid"),
+    },
     {
       name: "pad",
       dtype: I32,

@@ -27,6 +27,8 @@ export interface ParamDef {
   readonly state?: boolean;
   /** Allowed dtypes; inputs naming the same domain must share one dtype. Absent: any dtype. */
   readonly dtype?: DTypeSpec;
+  /** The strings a string-valued input may take (typed as their union in the builder). */
+  readonly values?: readonly string[];
   /**
    * coremltools' non-None default (`default_inputs()`), which Core ML expects emitted explicitly.
    * Called once the required inputs are known; `undefined` when no default applies.
@@ -57,6 +59,10 @@ export interface OpDef {
   readonly constexpr?: boolean;
   /** Output values are the input's values unchanged (reshape, squeeze, ...): nothing to round. */
   readonly view?: boolean;
+  /** How many outputs: one (default), several (split, topk) or none (write_state). */
+  readonly outputs?: "one" | "many" | "none";
+  /** What the builder method says about the op, when its name is not enough. */
+  readonly doc?: string;
   /** Output types from the (validated) inputs; throws ParamError for bad shapes/values. */
   infer(a: OpArgs): TensorType[];
   /** Reference evaluation; returns one tensor per output type. */

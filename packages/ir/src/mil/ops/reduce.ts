@@ -158,7 +158,14 @@ function argDef(type: "reduce_argmax" | "reduce_argmin"): OpDef {
       { name: "x", dtype: "T" },
       { name: "axis", dtype: I32, const: true, optional: true, default: () => lit.i32(-1) },
       { name: "keep_dims", dtype: BOOL, const: true, optional: true, default: () => lit.bool(false) },
-      { name: "output_dtype", dtype: STR, const: true, optional: true, default: () => lit.str("int32") },
+      {
+        name: "output_dtype",
+        dtype: STR,
+        const: true,
+        optional: true,
+        values: outDtypes,
+        default: () => lit.str("int32"),
+      },
     ],
     domains: { T: FP_I32 },
     infer(a) {

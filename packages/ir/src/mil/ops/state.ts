@@ -24,6 +24,7 @@ const readState: OpDef = {
 const writeState: OpDef = {
   type: "write_state",
   version: "iOS18",
+  outputs: "none",
   params: [{ name: "input", state: true }, { name: "data" }],
   infer(a) {
     const w = wrapped(a);

@@ -262,6 +262,8 @@ function splitSizes(a: OpArgs): number[] {
 const split: OpDef = {
   type: "split",
   version: "iOS15",
+  outputs: "many",
+  doc: "Outputs are named `<name>_0`, `<name>_1`, ...",
   params: [
     { name: "x", dtype: "T" },
     { name: "num_splits", dtype: I32, const: true, optional: true },
@@ -673,6 +675,8 @@ const topk: OpDef = {
   type: "topk",
   version: "iOS17",
   available: "iOS15",
+  outputs: "many",
+  doc: "[values, indices] (indices only with returnIndices, the default).",
   params: [
     { name: "x", dtype: "T" },
     { name: "k", dtype: "K", const: true, optional: true, default: () => lit.i32(1) },
@@ -685,6 +689,7 @@ const topk: OpDef = {
       dtype: STR,
       const: true,
       optional: true,
+      values: ["int32", "uint16"],
       // only with return_indices (coremltools iOS17 topk.default_inputs)
       default: (a) => (a.has("return_indices") && !a.bool("return_indices") ? undefined : lit.str("int32")),
     },
