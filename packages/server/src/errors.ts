@@ -3,7 +3,8 @@
  * `{ "error": { "message", "type", "param", "code" } }` — the shape every OpenAI client parses
  * (openai-python / openai-node raise `BadRequestError`, `NotFoundError`, `RateLimitError`… from it).
  */
-import { AnemllError } from "@anemll-qwen35/core";
+import { AnemllError, InvalidArgumentError } from "@anemll-qwen35/core";
+import { ContextOverflowError, UnsupportedSamplingError } from "@anemll-qwen35/generate";
 
 /** The `type` field of an OpenAI error body. */
 export type ApiErrorType =
@@ -95,4 +96,46 @@ export class ServerConfigError extends AnemllError {
   constructor(message: string) {
     super("E_SERVER_CONFIG", message);
   }
+}
+
+/** Any error → the status and OpenAI body to answer with. */
+export function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  if (err instanceof ContextOverflowError) {
+    return new ApiError(400, err.message, { param: "messages", code: "context_length_exceeded", cause: err });
+  }
+  if (err instanceof UnsupportedSamplingError) {
+    return new ApiError(400, err.message, { param: "temperature", code: "unsupported_sampling", cause: err });
+  }
+  if (err instanceof InvalidArgumentError) return new ApiError(400, err.message, { cause: err });
+  const e = err as { code?: unknown; statusCode?: unknown; message?: unknown };
+  const status = typeof e?.statusCode === "number" ? e.statusCode : 500;
+  const message = typeof e?.message === "string" ? e.message : String(err);
+  switch (e?.code) {
+    case "FST_ERR_CTP_INVALID_JSON_BODY":
+    case "FST_ERR_CTP_EMPTY_JSON_BODY":
+      return new ApiError(400, `We could not parse the JSON body of your request: ${message}`, {
+        code: "invalid_json",
+        cause: err,
+      });
+    case "FST_ERR_CTP_BODY_TOO_LARGE":
+      return new ApiError(413, "The request body is larger than this server accepts (see --max-body).", {
+        code: "request_too_large",
+        cause: err,
+      });
+    case "FST_ERR_CTP_INVALID_MEDIA_TYPE":
+      return new ApiError(415, "Send the request body as JSON (Content-Type: application/json).", {
+        code: "unsupported_media_type",
+        cause: err,
+      });
+  }
+  if (err instanceof SyntaxError && status === 400) {
+    return new ApiError(400, `We could not parse the JSON body of your request: ${message}`, {
+      code: "invalid_json",
+      cause: err,
+    });
+  }
+  if (status >= 400 && status < 500) return new ApiError(status, message, { cause: err });
+  const code = err instanceof AnemllError ? err.code : null;
+  return new ApiError(500, `The model failed: ${message}`, { code, cause: err });
 }

@@ -1,0 +1,157 @@
+/**
+ * A generation request's turn on its model, shared by the chat and completion routes: wait in the
+ * model's queue (429 when full), abort when the client leaves, open the SSE stream when asked,
+ * answer errors in the OpenAI shape (as an `error` event once a stream has started), and give the
+ * model back.
+ */
+import { randomUUID } from "node:crypto";
+import type { ServerResponse } from "node:http";
+import type { GenerationResult } from "@anemll-qwen35/generate";
+import type { FastifyReply, FastifyRequest } from "fastify";
+import { ApiError, RequestAbortedError, toApiError } from "../errors.js";
+import type { ServedModel } from "../models.js";
+import type { RequestLog } from "../server.js";
+import { SseWriter } from "../sse.js";
+import type { RouteContext } from "./context.js";
+
+export type TurnKind = "chat" | "completion";
+
+/** What a route's answer needs while it holds the model. */
+export interface Turn {
+  readonly served: ServedModel;
+  /** id, object, created and model of every response body and chunk. */
+  readonly base: { id: string; object: string; created: number; model: string };
+  /** Open when the request asked for a stream. */
+  readonly sse: SseWriter | undefined;
+  /** Stops the generation: the client left, or `cutoff` was aborted. */
+  readonly signal: AbortSignal;
+  /** Ends generation early on the route's own terms (e.g. parallel_tool_calls: false). */
+  readonly cutoff: AbortController;
+  /** True when the client has gone. */
+  readonly clientGone: () => boolean;
+  readonly log: Partial<RequestLog>;
+}
+
+/** OpenAI's usage object for a finished generation. */
+export function usage(r: GenerationResult) {
+  return {
+    prompt_tokens: r.stats.promptTokens,
+    completion_tokens: r.stats.generatedTokens,
+    total_tokens: r.stats.promptTokens + r.stats.generatedTokens,
+  };
+}
+
+/**
+ * Runs `answer` in the request's turn on `served`; returns what fastify should send (the JSON
+ * answer, or the hijacked reply of a stream).
+ */
+export async function runTurn(
+  ctx: RouteContext,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  served: ServedModel,
+  o: { kind: TurnKind; stream: boolean },
+  answer: (t: Turn) => Promise<unknown>,
+): Promise<unknown> {
+  if (ctx.closing()) throw new ApiError(503, "the server is shutting down", { code: "server_closing" });
+  const log = req.anemll.log;
+  log.model = served.name;
+  log.stream = o.stream;
+  const res = reply.raw;
+  // The client is gone when the response closes before it finished: stop the work for it.
+  const client = new AbortController();
+  const onClose = () => {
+    if (!res.writableFinished) client.abort(new RequestAbortedError("the client disconnected"));
+  };
+  res.on("close", onClose);
+  ctx.active.add(client);
+
+  const queuedAt = performance.now();
+  let release: () => void;
+  try {
+    release = await served.queue.acquire(client.signal);
+  } catch (err) {
+    res.off("close", onClose);
+    ctx.active.delete(client);
+    if (client.signal.aborted) {
+      log.finishReason = "abort";
+      ctx.emitLog(req, 499);
+      return hangUp(reply); // nobody to answer
+    }
+    throw err;
+  }
+  log.queuedMs = performance.now() - queuedAt;
+  const turnTime: { start: number; end?: number } = { start: performance.now() };
+  req.anemll.turn = turnTime;
+
+  const object = o.kind === "chat" ? "chat.completion" : "text_completion";
+  const base = {
+    id: `${o.kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replaceAll("-", "")}`,
+    object: o.stream ? `${object}${o.kind === "chat" ? ".chunk" : ""}` : object,
+    created: Math.floor(Date.now() / 1000),
+    model: served.name,
+  };
+  const cutoff = new AbortController();
+  const sse = o.stream ? new SseWriter(res) : undefined;
+  if (sse) reply.hijack();
+  const turn: Turn = {
+    served,
+    base,
+    sse,
+    signal: AbortSignal.any([client.signal, cutoff.signal]),
+    cutoff,
+    clientGone: () => client.signal.aborted,
+    log,
+  };
+
+  try {
+    const body = await answer(turn);
+    if (client.signal.aborted) {
+      ctx.emitLog(req, 499);
+      return hangUp(reply);
+    }
+    if (sse) {
+      ctx.emitLog(req, 200);
+      return reply;
+    }
+    return body;
+  } catch (err) {
+    if (!sse) throw err; // the error handler answers
+    const e = toApiError(err);
+    log.error = e.message;
+    if (e.status >= 500) req.log.error(err);
+    if (sse.headersSent) {
+      // Mid-stream: the status is out already; OpenAI clients raise on an `error` event.
+      sse.send(e.body());
+      sse.done();
+      ctx.emitLog(req, 200);
+    } else {
+      sendJson(res, e.status, e.body(), e.headers);
+      ctx.emitLog(req, e.status);
+    }
+    return reply;
+  } finally {
+    turnTime.end = performance.now();
+    release();
+    res.off("close", onClose);
+    ctx.active.delete(client);
+  }
+}
+
+/** The client left: drop the connection (it may linger half-open and hold up close()). */
+function hangUp(reply: FastifyReply): FastifyReply {
+  if (!reply.sent) reply.hijack();
+  if (!reply.raw.writableEnded) reply.raw.destroy();
+  return reply;
+}
+
+function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
+  if (res.destroyed || res.headersSent) return;
+  res.writeHead(status, { ...headers, "content-type": "application/json; charset=utf-8" });
+  res.end(JSON.stringify(body));
+}
