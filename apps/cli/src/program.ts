@@ -59,6 +59,9 @@ export async function run(argv: readonly string[], streams: Streams): Promise<nu
     streams.stderr.write(`error: ${message}\n`);
     if (!(err instanceof AnemllError) && err instanceof Error && err.stack)
       streams.stderr.write(`${err.stack}\n`);
-    return err instanceof UsageError ? 2 : 1;
+    // a bad option value is a usage error, whichever layer found it
+    return err instanceof UsageError || (err instanceof AnemllError && err.code === "E_CONVERT_OPTION")
+      ? 2
+      : 1;
   }
 }

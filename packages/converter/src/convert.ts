@@ -19,11 +19,16 @@ import {
   type ChainManifest,
   type ChainManifestComponent,
 } from "@anemll-qwen35/ir/chain";
-import { Qwen35Checkpoint, resolveModelRef, writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
+import {
+  Qwen35Checkpoint,
+  type Qwen35Config,
+  resolveModelRef,
+  writeFileAtomic,
+} from "@anemll-qwen35/ir/checkpoint";
 import { digestMlPackage, MlPackageWriter } from "@anemll-qwen35/ir/mil";
 import { assertConvertible, buildComponent } from "./graph/component.js";
 import type { GraphDType, KvPlacement } from "./graph/io.js";
-import { DEFAULT_LM_HEAD_MAX_ROWS } from "./graph/options.js";
+import { ctxProblem, DEFAULT_LM_HEAD_MAX_ROWS } from "./graph/options.js";
 import { DEFAULT_LUT_GROUP_SIZE, formatWeightQuant, type WeightQuant } from "./graph/quant.js";
 import type { WeightEncodingReport } from "./graph/weights.js";
 import { DEFAULT_BUDGET_BYTES, type PlannedComponent, planComponents } from "./plan.js";
@@ -90,7 +95,7 @@ export interface ConvertResult {
 export class ConvertOptionError extends AnemllError {
   readonly option: string;
   constructor(option: string, message: string) {
-    super("E_CONVERT_OPTION", `--${option}: ${message}`);
+    super("E_CONVERT_OPTION", `--${option} ${message}`);
     this.option = option;
   }
 }
@@ -127,9 +132,6 @@ interface ResolvedConvert {
 
 function resolveOptions(o: ConvertOptions): ResolvedConvert {
   const ctx = o.ctx ?? DEFAULT_CTX;
-  if (!Number.isInteger(ctx) || ctx < MIN_CTX || ctx > MAX_CTX) {
-    throw new ConvertOptionError("ctx", `must be an integer from ${MIN_CTX} to ${MAX_CTX}, got ${ctx}`);
-  }
   const fuse = o.fuse ?? "all";
   if (fuse !== "all" && (!Number.isInteger(fuse) || fuse < 1)) {
     throw new ConvertOptionError("fuse", `must be a positive integer or "all", got ${fuse}`);
@@ -153,6 +155,15 @@ function resolveOptions(o: ConvertOptions): ResolvedConvert {
     argmax: o.argmax ?? false,
     lmHeadMaxRows: o.lmHeadMaxRows ?? DEFAULT_LM_HEAD_MAX_ROWS,
   };
+}
+
+/** The one check of the context length on the convert path: the range converted chains support, and the model's. */
+function checkCtx(ctx: number, config: Qwen35Config): void {
+  if (!Number.isInteger(ctx) || ctx < MIN_CTX || ctx > MAX_CTX) {
+    throw new ConvertOptionError("ctx", `must be an integer from ${MIN_CTX} to ${MAX_CTX}, got ${ctx}`);
+  }
+  const problem = ctxProblem(ctx, config);
+  if (problem) throw new ConvertOptionError("ctx", problem);
 }
 
 const sha256 = (data: string | Uint8Array) => createHash("sha256").update(data).digest("hex");
@@ -226,6 +237,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
   const dir = await resolveModelRef(options.model, { signal: options.signal });
   await using ck = await Qwen35Checkpoint.open(dir);
   assertConvertible(ck);
+  checkCtx(r.ctx, ck.config);
   const configBytes = await readFile(join(dir, "config.json"));
   const configSha = sha256(configBytes);
 

@@ -74,8 +74,12 @@ describe("convert", () => {
     const out = join(fresh(), "x");
     await expect(convert({ model: tied, out, ctx: 64 })).rejects.toThrow(ConvertOptionError);
     await expect(convert({ model: tied, out, ctx: 8192 })).rejects.toThrow(
-      /--ctx: must be an integer from 128 to 4096/,
+      /--ctx must be an integer from 128 to 4096/,
     );
+    await expect(convert({ model: tied, out, ctx: 4096 })).rejects.toThrow(
+      /--ctx 4096 exceeds the model's max_position_embeddings \(2048\)/,
+    );
+    expect(existsSync(`${out}.partial`)).toBe(false); // refused before any work
     await expect(convert({ model: join(FIXTURES, "tiny-moe"), out })).rejects.toThrow(UnsupportedModelError);
     await expect(convert({ model: join(FIXTURES, "tiny-moe"), out })).rejects.toThrow(/runtime-mlx/);
     await expect(convert({ model: "/no/such/model", out })).rejects.toThrow(/does not exist/);

@@ -13,7 +13,7 @@ export function registerConvert(program: Command, ctx: Context): void {
     )
     .argument("<model>", "checkpoint folder or hf:owner/name[@revision]")
     .requiredOption("-o, --out <dir>", "output folder (replaced only when the conversion completes)")
-    .option("--ctx <n>", `context length, ${MIN_CTX}…${MAX_CTX}`, int("--ctx", MIN_CTX, MAX_CTX), DEFAULT_CTX)
+    .option("--ctx <n>", `context length, ${MIN_CTX}…${MAX_CTX}`, int("--ctx", 1), DEFAULT_CTX)
     .option("--fuse <n|all>", "super-blocks per package, or all that fit the budget", fuse, "all")
     .option("--budget <size>", "largest package size", bytes("--budget"), 1.5e9)
     .option(

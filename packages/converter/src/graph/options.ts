@@ -59,19 +59,25 @@ function positiveInt(field: string, v: unknown): number {
   return v;
 }
 
+/** Why `ctx` cannot be this model's context length (a positive integer within its RoPE range), or undefined. */
+export function ctxProblem(ctx: unknown, config: Qwen35Config): string | undefined {
+  if (typeof ctx !== "number" || !Number.isInteger(ctx) || ctx < 1)
+    return `expected a positive integer, got ${String(ctx)}`;
+  if (config.maxPositionEmbeddings !== undefined && ctx > config.maxPositionEmbeddings) {
+    return `${ctx} exceeds the model's max_position_embeddings (${config.maxPositionEmbeddings})`;
+  }
+  return undefined;
+}
+
 /** Fills defaults and checks ranges against the model. */
 export function resolveOptions(
   config: Qwen35Config,
   spec: ComponentSpec,
   options: BuildOptions,
 ): ResolvedOptions {
-  const ctx = positiveInt("ctx", options.ctx);
-  if (config.maxPositionEmbeddings !== undefined && ctx > config.maxPositionEmbeddings) {
-    throw new GraphOptionError(
-      "ctx",
-      `${ctx} exceeds the model's max_position_embeddings (${config.maxPositionEmbeddings})`,
-    );
-  }
+  const ctx = options.ctx;
+  const problem = ctxProblem(ctx, config);
+  if (problem) throw new GraphOptionError("ctx", problem);
   const dtype = options.dtype ?? "fp16";
   if (dtype !== "fp16" && dtype !== "fp32")
     throw new GraphOptionError("dtype", `expected "fp16" or "fp32", got ${String(dtype)}`);
