@@ -1,16 +1,18 @@
-// Builds the MLComputePlan addon on macOS; everywhere else says plainly that it is skipped. Never
-// fails the workspace build for lack of macOS: the static cost model serves there.
+// Builds the MLComputePlan addon on macOS (the package's `build`, and `install` when installed from npm);
+// everywhere else says plainly that it is skipped and exits 0: the static cost model serves.
 import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const pkg = join(dirname(fileURLToPath(import.meta.url)), "..");
+// In the repository the workspace build compiles it; `pnpm install` there has nothing to do.
+if (process.argv.includes("--on-install") && existsSync(join(pkg, "..", "..", "pnpm-workspace.yaml"))) process.exit(0);
 if (process.platform !== "darwin") {
-  console.log(
-    `costplan: MLComputePlan addon skipped — it needs macOS 14.4 or later (this is ${process.platform}); the static cost model serves.`,
-  );
+  console.log(`costplan: MLComputePlan addon skipped — it needs macOS 14.4 or later (this is ${process.platform}); the static cost model serves.`);
   process.exit(0);
 }
-const cmakeJs = join(pkg, "node_modules", ".bin", "cmake-js");
-const r = spawnSync(cmakeJs, ["compile", "--directory", pkg], { stdio: "inherit" });
+const cmakeJs = createRequire(import.meta.url).resolve("cmake-js/bin/cmake-js");
+const r = spawnSync(process.execPath, [cmakeJs, "compile", "--directory", pkg], { stdio: "inherit" });
 process.exit(r.status ?? 1);

@@ -114,6 +114,10 @@ describe("ChainRunner on the reference backend", () => {
     const m = JSON.parse(readFileSync(join(fp32Dir, "model.json"), "utf8"));
     writeFileSync(join(bad, "model.json"), JSON.stringify({ ...m, ctx: "big" }));
     await expect(open(bad)).rejects.toThrow(/ctx/);
+    writeFileSync(join(bad, "model.json"), JSON.stringify({ ...m, formatVersion: 2, components: "changed" }));
+    await expect(open(bad)).rejects.toThrow(
+      /format version 2 \(written by converter .+\) is newer than this runtime/,
+    );
     writeFileSync(join(bad, "model.json"), JSON.stringify(m));
     await expect(open(bad)).rejects.toThrow(ChainLoadError);
     rmSync(bad, { recursive: true });

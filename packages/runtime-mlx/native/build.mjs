@@ -1,9 +1,12 @@
 #!/usr/bin/env node
 // Builds the MLX addon with cmake-js when an installed MLX 0.32.x can be found; otherwise says plainly
-// why it is skipped and how to fix it, and exits 0 so that `pnpm install` / `turbo run build` never
-// fail for lack of MLX. A real compile error still fails the build.
+// why it is skipped and how to fix it, and exits 0 so that `npm install`, `pnpm install` and
+// `turbo run build` never fail for lack of MLX. A real compile error still fails the build.
+// Runs as the package's `build` in the repository and as its `install` when installed from npm
+// (`--on-install`; MLX is found from MLX_ROOT, ANEMLL_PYTHON or python3 — see INSTALL_HINT).
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -60,6 +63,8 @@ function headerVersion(prefix) {
   return major && minor && patch ? `${major}.${minor}.${patch}` : undefined;
 }
 
+// In the repository the workspace build compiles it; `pnpm install` there has nothing to do.
+if (process.argv.includes("--on-install") && existsSync(join(REPO_ROOT, "pnpm-workspace.yaml"))) process.exit(0);
 if (process.env.ANEMLL_SKIP_NATIVE === "1") skip("ANEMLL_SKIP_NATIVE=1 is set");
 
 const mlx = locateMlx();
@@ -80,8 +85,12 @@ if (spawnSync("cmake", ["--version"], { stdio: "ignore" }).status !== 0) {
 }
 
 say(`building against MLX ${version} at ${mlx.prefix} (found via ${mlx.via})`);
-const cmakeJs = join(PKG_DIR, "node_modules/cmake-js/bin/cmake-js");
-if (!existsSync(cmakeJs)) skip("cmake-js is not installed (run pnpm install)");
+let cmakeJs;
+try {
+  cmakeJs = createRequire(import.meta.url).resolve("cmake-js/bin/cmake-js");
+} catch {
+  skip("cmake-js is not installed (it is a dependency of this package: reinstall it)");
+}
 const jobs = process.env.CMAKE_BUILD_PARALLEL_LEVEL ?? "2";
 const started = Date.now();
 // `build` configures only when needed, then builds incrementally (cmake-js picks Ninja when present).

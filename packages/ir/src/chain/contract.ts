@@ -234,6 +234,26 @@ export class ChainManifestError extends AnemllError {
 }
 
 export function parseChainManifest(json: unknown, file = CHAIN_MANIFEST_FILE): ChainManifest {
+  // A newer converter's output may differ anywhere: say so before judging the rest.
+  const head = json as {
+    format?: unknown;
+    formatVersion?: unknown;
+    converter?: { version?: unknown };
+  } | null;
+  if (
+    head?.format === CHAIN_FORMAT &&
+    typeof head.formatVersion === "number" &&
+    head.formatVersion > CHAIN_FORMAT_VERSION
+  ) {
+    const by =
+      typeof head.converter?.version === "string" ? ` (written by converter ${head.converter.version})` : "";
+    throw new ChainManifestError(
+      file,
+      `format version ${head.formatVersion}${by} is newer than this runtime understands (up to ${CHAIN_FORMAT_VERSION}); ` +
+        "update @anemll-qwen35 (runtime-ane / the CLI), or convert the model again with this version",
+      "formatVersion",
+    );
+  }
   const r = chainManifestSchema.safeParse(json);
   if (!r.success) {
     const issue = r.error.issues[0];

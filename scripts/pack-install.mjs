@@ -1,0 +1,215 @@
+#!/usr/bin/env node
+// Installs the packages the way users get them: `pnpm pack` every public package, `npm install` the
+// tarballs into fresh projects outside the workspace (no workspace links), then import each
+// package's public entry points, run the CLI from its bin (doctor, demo), type-check a consumer file
+// against the published .d.ts, check that @anemll-qwen35/generate installs without protobufjs, zod
+// and the hub client, and that `pnpm publish -r --dry-run` and `changeset version` run clean.
+// Needs the workspace built (`pnpm run build`) and the npm registry for third-party dependencies.
+//
+//   node scripts/pack-install.mjs [--keep] [--skip-publish]
+import { execFileSync, spawnSync } from "node:child_process";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const keep = process.argv.includes("--keep");
+const work = mkdtempSync(join(tmpdir(), "anemll-pack-"));
+const started = Date.now();
+
+function step(what) {
+  console.log(`[pack-install ${((Date.now() - started) / 1000).toFixed(0)} s] ${what}`);
+}
+
+function run(cmd, args, o = {}) {
+  const r = spawnSync(cmd, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], ...o });
+  if (r.status !== 0) {
+    throw new Error(
+      `${cmd} ${args.join(" ")} (in ${o.cwd ?? process.cwd()}) exited ${r.status}:\n${r.stdout}\n${r.stderr}`,
+    );
+  }
+  return r.stdout;
+}
+
+/** Public workspace packages: name, folder, and the subpaths they export. */
+function publicPackages() {
+  const out = [];
+  for (const group of ["packages", "apps"]) {
+    for (const d of readdirSync(join(root, group))) {
+      const dir = join(root, group, d);
+      if (!existsSync(join(dir, "package.json"))) continue;
+      const pj = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+      if (pj.private) continue;
+      out.push({ name: pj.name, dir, exports: Object.keys(pj.exports ?? {}), bin: pj.bin });
+    }
+  }
+  return out;
+}
+
+/** The site-packages mlx folder of the repository's .venv, so that runtime-mlx's install builds its addon. */
+function mlxRoot() {
+  const py = join(root, ".venv", "bin", "python");
+  if (!existsSync(py)) return undefined;
+  try {
+    return execFileSync(py, ["-c", "import mlx; print(list(mlx.__path__)[0])"], { encoding: "utf8" }).trim();
+  } catch {
+    return undefined;
+  }
+}
+
+function consumer(name, tarballs, env) {
+  const dir = join(work, name);
+  mkdirSync(dir);
+  writeFileSync(join(dir, "package.json"), JSON.stringify({ name, private: true, type: "module" }, null, 2));
+  run("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", ...tarballs], { cwd: dir, env });
+  return dir;
+}
+
+try {
+  const pkgs = publicPackages();
+  step(`packing ${pkgs.length} public packages`);
+  const tarDir = join(work, "tarballs");
+  mkdirSync(tarDir);
+  for (const p of pkgs) run("pnpm", ["pack", "--pack-destination", tarDir], { cwd: p.dir });
+  const tarballs = readdirSync(tarDir).map((f) => join(tarDir, f));
+  if (tarballs.length !== pkgs.length)
+    throw new Error(`expected ${pkgs.length} tarballs, got ${tarballs.length}`);
+
+  const mlx = mlxRoot();
+  step(
+    `npm install of every tarball (runtime-mlx's addon ${mlx ? `built against ${mlx}` : "skipped: no MLX found"})`,
+  );
+  const env = { ...process.env, ...(mlx ? { MLX_ROOT: mlx } : {}) };
+  delete env.npm_config_user_agent; // not a pnpm install
+  const app = consumer("consumer", tarballs, env);
+  for (const p of pkgs) {
+    const installed = join(app, "node_modules", ...p.name.split("/"));
+    if (existsSync(join(installed, "node_modules", "@anemll-qwen35")))
+      throw new Error(`${p.name} got a nested copy of a workspace package (a version mismatch)`);
+  }
+
+  step("importing every public entry point");
+  const entries = pkgs.flatMap((p) => p.exports.map((e) => (e === "." ? p.name : `${p.name}/${e.slice(2)}`)));
+  const probe = `
+    const entries = ${JSON.stringify(entries)};
+    const want = {
+      "@anemll-qwen35/core": ["AnemllError", "tensor"],
+      "@anemll-qwen35/ir/core": ["AnemllError"],
+      "@anemll-qwen35/ir/checkpoint": ["Qwen35Checkpoint", "qwen35Parameters", "resolveModelRef"],
+      "@anemll-qwen35/ir/mil": ["MilBuilder", "MilInterpreter", "readMlPackage"],
+      "@anemll-qwen35/ir/chain": ["readChainManifest", "ChainStepper"],
+      "@anemll-qwen35/generate": ["generate", "loadTokenizer"],
+      "@anemll-qwen35/converter": ["convert"],
+      "@anemll-qwen35/runtime-ane": ["ChainRunner", "referenceBackend", "coreMLAvailability"],
+      "@anemll-qwen35/runtime-mlx": ["loadMlxModel", "mlxAvailable"],
+      "@anemll-qwen35/costplan": ["costplan"],
+      "@anemll-qwen35/models": ["loadModel"],
+      "@anemll-qwen35/server": ["createServer"],
+      "@anemll-qwen35/bench": ["openAne"],
+    };
+    for (const e of entries) {
+      const m = await import(e);
+      for (const k of want[e] ?? []) if (!(k in m)) throw new Error(e + " does not export " + k);
+    }
+    const { mlxAvailable } = await import("@anemll-qwen35/runtime-mlx");
+    console.log(JSON.stringify({ entries: entries.length, mlx: mlxAvailable() }));`;
+  const imported = JSON.parse(run(process.execPath, ["--input-type=module", "-e", probe], { cwd: app }));
+  if (mlx && !imported.mlx.available)
+    throw new Error(`runtime-mlx installed but its addon did not load: ${imported.mlx.reason}`);
+
+  step("the CLI from its bin: doctor, demo");
+  const doctor = run("npx", ["--no-install", "anemll-qwen35", "doctor"], { cwd: app });
+  if (!/reference\s+available/.test(doctor))
+    throw new Error(`doctor did not list the reference backend:\n${doctor}`);
+  const demo = run("npx", ["--no-install", "anemll-qwen35", "demo", "--max-tokens", "8"], { cwd: app });
+  if (!/tok\/s/.test(demo)) throw new Error(`demo printed no tok/s:\n${demo}`);
+
+  step("type-checking a consumer against the published .d.ts");
+  writeFileSync(
+    join(app, "consumer.ts"),
+    `import { loadModel, type LoadedModel } from "@anemll-qwen35/models";
+import { convert } from "@anemll-qwen35/converter";
+import type { GenerationResult } from "@anemll-qwen35/generate";
+import { MilBuilder, tensorType } from "@anemll-qwen35/ir/mil";
+import { createServer } from "@anemll-qwen35/server";
+
+export async function main(dir: string): Promise<GenerationResult> {
+  await convert({ model: "hf:Qwen/Qwen3.5-0.8B", out: dir, ctx: 256 });
+  const m: LoadedModel = await loadModel(dir, { backend: "auto" });
+  const b = new MilBuilder();
+  b.output("y", b.relu({ x: b.input("x", tensorType("fp32", [4])) }));
+  void createServer;
+  try {
+    return await m.generate({ messages: [{ role: "user", content: "Hi" }], maxTokens: 8 });
+  } finally {
+    await m.dispose();
+  }
+}
+`,
+  );
+  writeFileSync(
+    join(app, "tsconfig.json"),
+    JSON.stringify({
+      compilerOptions: {
+        target: "ES2022",
+        module: "NodeNext",
+        moduleResolution: "NodeNext",
+        strict: true,
+        noEmit: true,
+        lib: ["ES2023"],
+        types: ["node"],
+        typeRoots: [join(root, "node_modules", "@types")],
+      },
+      files: ["consumer.ts"],
+    }),
+  );
+  run(process.execPath, [join(root, "node_modules", "typescript", "bin", "tsc"), "-p", "."], { cwd: app });
+
+  step("generate on its own installs no protobufjs, zod or hub client");
+  const small = consumer(
+    "generate-only",
+    tarballs.filter((t) => /anemll-qwen35-(core|generate)-\d/.test(t)),
+    env,
+  );
+  for (const heavy of ["protobufjs", "zod", "@huggingface/hub", "@anemll-qwen35/ir"]) {
+    if (existsSync(join(small, "node_modules", heavy))) throw new Error(`generate pulled in ${heavy}`);
+  }
+  run(process.execPath, ["--input-type=module", "-e", 'await import("@anemll-qwen35/generate")'], {
+    cwd: small,
+  });
+
+  if (!process.argv.includes("--skip-publish")) {
+    step("pnpm publish -r --dry-run");
+    run("pnpm", ["publish", "-r", "--dry-run", "--no-git-checks"], { cwd: root });
+
+    step("changeset version (in a scratch worktree)");
+    const wt = join(work, "worktree");
+    run("git", ["worktree", "add", "--detach", wt, "HEAD"], { cwd: root });
+    try {
+      writeFileSync(
+        join(wt, ".changeset", "pack-install-check.md"),
+        '---\n"@anemll-qwen35/core": patch\n---\n\nA check that versioning runs clean.\n',
+      );
+      run(join(root, "node_modules", ".bin", "changeset"), ["version"], { cwd: wt });
+      const bumped = JSON.parse(readFileSync(join(wt, "packages", "core", "package.json"), "utf8")).version;
+      const before = JSON.parse(readFileSync(join(root, "packages", "core", "package.json"), "utf8")).version;
+      if (bumped === before)
+        throw new Error(`changeset version did not bump @anemll-qwen35/core (${before})`);
+    } finally {
+      run("git", ["worktree", "remove", "--force", wt], { cwd: root });
+    }
+  }
+  step(`ok: ${pkgs.length} packages installed and used from their tarballs`);
+} finally {
+  if (keep) console.log(`kept ${work}`);
+  else rmSync(work, { recursive: true, force: true });
+}
