@@ -8,9 +8,12 @@ import { fileURLToPath } from "node:url";
 
 const pkg = join(dirname(fileURLToPath(import.meta.url)), "..");
 // In the repository the workspace build compiles it; `pnpm install` there has nothing to do.
-if (process.argv.includes("--on-install") && existsSync(join(pkg, "..", "..", "pnpm-workspace.yaml"))) process.exit(0);
+if (process.argv.includes("--on-install") && existsSync(join(pkg, "..", "..", "pnpm-workspace.yaml")))
+  process.exit(0);
 if (process.platform !== "darwin") {
-  console.log(`costplan: MLComputePlan addon skipped — it needs macOS 14.4 or later (this is ${process.platform}); the static cost model serves.`);
+  console.log(
+    `costplan: MLComputePlan addon skipped — it needs macOS 14.4 or later (this is ${process.platform}); the static cost model serves.`,
+  );
   process.exit(0);
 }
 const cmakeJs = createRequire(import.meta.url).resolve("cmake-js/bin/cmake-js");

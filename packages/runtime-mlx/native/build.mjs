@@ -64,7 +64,8 @@ function headerVersion(prefix) {
 }
 
 // In the repository the workspace build compiles it; `pnpm install` there has nothing to do.
-if (process.argv.includes("--on-install") && existsSync(join(REPO_ROOT, "pnpm-workspace.yaml"))) process.exit(0);
+if (process.argv.includes("--on-install") && existsSync(join(REPO_ROOT, "pnpm-workspace.yaml")))
+  process.exit(0);
 if (process.env.ANEMLL_SKIP_NATIVE === "1") skip("ANEMLL_SKIP_NATIVE=1 is set");
 
 const mlx = locateMlx();
