@@ -12,7 +12,8 @@
  * The first op whose output holds inf/NaN while its inputs did not is reported by name
  * ("collect", the default), raised ("throw") or not looked for ("ignore").
  * Constants and constexpr_* results are materialised once and cached per op/value identity,
- * across runs and across interpreters over the same program.
+ * across runs and across interpreters over the same program. By default LUT / int8 weights stay
+ * compressed and large tables stay in their file (`weights`: "packed"); products decode as they go.
  */
 import {
   type DType,
@@ -47,7 +48,7 @@ import { typeToString } from "./program.js";
 import { constInputInfo, resolveOp } from "./resolve.js";
 import { shapeStr } from "./shape.js";
 import type { RtTensor } from "./values.js";
-import { allocRt, constToRt, isFloatDType, numelOf } from "./values.js";
+import { allocRt, constToRt, isFloatDType, lazyConstToRt, numelOf } from "./values.js";
 
 export type NonFiniteMode = "throw" | "collect" | "ignore";
 
@@ -58,7 +59,15 @@ export interface InterpreterOptions {
   /** fp16 mode: flush fp16 subnormal results to zero. */
   readonly flushSubnormals?: boolean;
   readonly onNonFinite?: NonFiniteMode;
+  /**
+   * "packed" (default): LUT and int8 weights stay compressed (matrix products and gather decode
+   * them as they read; same values and bits) and large tables are read from their file by row.
+   * "dense": every constant is expanded to fp32 once and kept — more memory, for comparisons.
+   */
+  readonly weights?: WeightMode;
 }
+
+export type WeightMode = "packed" | "dense";
 
 export interface NonFiniteReport {
   readonly opType: string;
@@ -208,14 +217,18 @@ interface Step {
   readonly constexpr: boolean;
 }
 
-const constCache = new WeakMap<ConstValue, RtTensor>();
-const constexprCache = new WeakMap<Operation, Partial<Record<Precision, RtTensor[]>>>();
+const constCache: Record<WeightMode, WeakMap<ConstValue, RtTensor>> = {
+  packed: new WeakMap(),
+  dense: new WeakMap(),
+};
+/** Constexpr results per op, by precision, subnormal flushing and weight mode. */
+const constexprCache = new WeakMap<Operation, Map<string, RtTensor[]>>();
 
-function cachedConst(cv: ConstValue): RtTensor {
-  let v = constCache.get(cv);
+function cachedConst(cv: ConstValue, mode: WeightMode): RtTensor {
+  let v = constCache[mode].get(cv);
   if (!v) {
-    v = constToRt(cv);
-    constCache.set(cv, v);
+    v = mode === "packed" ? lazyConstToRt(cv) : constToRt(cv);
+    constCache[mode].set(cv, v);
   }
   return v;
 }
@@ -227,6 +240,7 @@ export class MilInterpreter {
   readonly precision: Precision;
   private readonly flush: boolean;
   private readonly mode: NonFiniteMode;
+  readonly weights: WeightMode;
   private readonly frame: { env: (RtTensor | undefined)[] } = { env: [] };
   private readonly slots = new Map<string, number>();
   private readonly steps: Step[] = [];
@@ -252,6 +266,7 @@ export class MilInterpreter {
     this.precision = opts.precision ?? "fp32";
     this.flush = opts.flushSubnormals ?? false;
     this.mode = opts.onNonFinite ?? "collect";
+    this.weights = opts.weights ?? "packed";
     const resolved = resolveFunction(this.fn, this.functionName); // full type check
     for (const i of this.fn.inputs) {
       this.slotType.set(this.slot(i.name), i.type);
@@ -276,7 +291,8 @@ export class MilInterpreter {
     const infos: Record<string, InputInfo[]> = {};
     for (const [param, bindings] of Object.entries(op.inputs)) {
       infos[param] = bindings.map((b): InputInfo => {
-        if (b.kind === "value") return { ...constInputInfo(b.value), value: () => cachedConst(b.value) };
+        if (b.kind === "value")
+          return { ...constInputInfo(b.value), value: () => cachedConst(b.value, this.weights) };
         const slot = this.slot(b.name);
         inSlots.push(slot);
         const cv = this.slotConst.get(slot);
@@ -286,7 +302,7 @@ export class MilInterpreter {
           type,
           isConst: cv !== undefined || this.slotConstexpr.has(slot),
           varName: b.name,
-          value: cv ? () => cachedConst(cv) : () => frame.env[slot],
+          value: cv ? () => cachedConst(cv, this.weights) : () => frame.env[slot],
           constValue: () => cv,
         };
       });
@@ -328,22 +344,30 @@ export class MilInterpreter {
     this.frame.env = env;
     for (const s of this.steps) {
       if (s.op.type === "const" && s.op.value) {
-        env[s.outSlots[0]] = cachedConst(s.op.value);
+        env[s.outSlots[0]] = cachedConst(s.op.value, this.weights);
       } else if (s.constexpr) {
-        let byPrecision = constexprCache.get(s.op);
-        if (!byPrecision) {
-          byPrecision = {};
-          constexprCache.set(s.op, byPrecision);
+        let cached = constexprCache.get(s.op);
+        if (!cached) {
+          cached = new Map();
+          constexprCache.set(s.op, cached);
         }
-        let results = byPrecision[this.precision];
+        const flush = this.precision === "fp16" && this.flush;
+        const key = `${this.precision}${flush ? "+flush" : ""}:${this.weights}`;
+        let results = cached.get(key);
         if (!results) {
-          results = this.evalStep(s, ctx);
-          // decompressed weights are fp16 values on the device in either mode (like fp16 consts)
-          for (const r of results) {
-            if (r.type.dtype === "fp16")
-              roundF16InPlace(r.data as Float32Array, this.precision === "fp16" && this.flush);
+          const compressed =
+            this.weights === "packed" && s.def.compressed
+              ? this.evalStep(s, () => s.def.compressed?.(s.args, s.outTypes, { flushSubnormals: flush }))
+              : undefined;
+          if (compressed) results = [compressed];
+          else {
+            results = this.evalStep(s, () => s.def.evaluate(s.args, s.outTypes, ctx));
+            // decompressed weights are fp16 values on the device in either mode (like fp16 consts)
+            for (const r of results) {
+              if (r.type.dtype === "fp16") roundF16InPlace(r.data as Float32Array, flush);
+            }
           }
-          byPrecision[this.precision] = results;
+          cached.set(key, results);
         }
         for (let i = 0; i < s.outSlots.length; i++) env[s.outSlots[i]] = results[i];
       }
@@ -352,9 +376,10 @@ export class MilInterpreter {
     return env;
   }
 
-  private evalStep(s: Step, ctx: EvalContext): RtTensor[] {
+  /** Runs `evaluate` (an evaluation of step s), naming the op in any error. */
+  private evalStep<T>(s: Step, evaluate: () => T): T {
     try {
-      return s.def.evaluate(s.args, s.outTypes, ctx);
+      return evaluate();
     } catch (e) {
       if (e instanceof ParamError) {
         throw new MilRuntimeError(`${this.functionName}: ${s.op.type} '${s.op.name}': ${e.message}`, {
@@ -409,7 +434,7 @@ export class MilInterpreter {
     for (const s of this.steps) {
       if (s.constexpr) continue;
       const t0 = profile ? performance.now() : 0;
-      const results = this.evalStep(s, ctx);
+      const results = this.evalStep(s, () => s.def.evaluate(s.args, s.outTypes, ctx));
       if (profile) {
         profile[s.op.type] ??= { calls: 0, ms: 0 };
         const p = profile[s.op.type];

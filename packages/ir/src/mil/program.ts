@@ -69,11 +69,17 @@ export interface BlobRef {
 
 /**
  * A constant value: either in memory, or a reference into a weight file. Values read from a
- * package carry `blob` plus a `load` that reads (and bounds-checks) the payload on demand.
+ * package carry `blob` plus a `load` that reads (and bounds-checks) the payload on demand, and
+ * `readBytes`, which reads a slice of the payload's bytes (sub-byte types packed) into `into`.
  */
 export type ConstValue =
   | { readonly type: TensorType; readonly data: MilData }
-  | { readonly type: TensorType; readonly blob: BlobRef; readonly load?: () => MilData };
+  | {
+      readonly type: TensorType;
+      readonly blob: BlobRef;
+      readonly load?: () => MilData;
+      readonly readBytes?: (into: Uint8Array, byteOffset: number) => void;
+    };
 
 /** An input binding: a named value visible in scope, or an inline constant. */
 export type Binding =

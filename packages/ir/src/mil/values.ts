@@ -14,6 +14,7 @@ import {
   f32ToF16Bits,
   InvalidArgumentError,
 } from "@anemll-qwen35/core";
+import type { PackedWeight, RowReader } from "./kernels/packed.js";
 import { allocWeightF32 } from "./kernels/simd.js";
 import type { ConstValue, MilData, MilDType, TensorType } from "./program.js";
 import { tensorType } from "./program.js";
@@ -24,6 +25,13 @@ export type RtData = Float32Array | Int32Array | Uint8Array | string[];
 export interface RtTensor {
   readonly type: TensorType;
   readonly data: RtData;
+  /**
+   * Large constants only: the values by row (index along dim 0), read without decoding the
+   * rest — a table read from its file, or a packed weight. `data` then decodes everything once.
+   */
+  readonly rows?: RowReader;
+  /** A weight kept compressed in a SIMD heap; matrix products use it through gemmNT. */
+  readonly packed?: PackedWeight;
 }
 
 export const FLOAT_DTYPES: readonly MilDType[] = ["fp16", "fp32", "bf16", "fp64"];
@@ -139,6 +147,48 @@ export function milDataToRt(type: TensorType, data: MilData): RtData {
 /** Materialises a constant (inline data, or a blob through its loader) in compute form. */
 export function constToRt(cv: ConstValue): RtTensor {
   return { type: cv.type, data: milDataToRt(cv.type, constData(cv)) };
+}
+
+/** Float tables read by row from their file rather than loaded whole: at least this many values. */
+export const LAZY_TABLE_MIN_ELEMENTS = 1 << 16;
+
+/**
+ * Like constToRt, but a large float constant stored in a weight file stays there: `rows` reads
+ * the rows asked for (an embedding lookup reads one row per token), `data` loads it all once.
+ */
+export function lazyConstToRt(cv: ConstValue): RtTensor {
+  const { type } = cv;
+  const readBytes = "blob" in cv ? cv.readBytes : undefined;
+  const size = type.dtype === "fp32" ? 4 : type.dtype === "fp16" || type.dtype === "bf16" ? 2 : 0;
+  const n = numelOf(type.shape);
+  if (!readBytes || size === 0 || type.shape.length < 2 || n < LAZY_TABLE_MIN_ELEMENTS) return constToRt(cv);
+  const cols = n / type.shape[0];
+  let data: RtData | undefined;
+  const rows: RowReader = {
+    readRows(first, count, into, at = 0) {
+      const bytes = new Uint8Array(count * cols * size);
+      readBytes(bytes, first * cols * size);
+      const m = count * cols;
+      if (size === 4) into.set(new Float32Array(bytes.buffer), at);
+      else if (type.dtype === "fp16") {
+        const t = f16Table();
+        const src = new Uint16Array(bytes.buffer);
+        for (let i = 0; i < m; i++) into[at + i] = t[src[i]];
+      } else {
+        const src = new Uint16Array(bytes.buffer);
+        const u = new Uint32Array(into.buffer, into.byteOffset + at * 4, m);
+        for (let i = 0; i < m; i++) u[i] = src[i] << 16;
+      }
+    },
+  };
+  return {
+    type,
+    rows,
+    get data() {
+      data ??= milDataToRt(type, constData(cv));
+      return data;
+    },
+  };
 }
 
 /** The stored data of a constant; loads blobs through `load`. */

@@ -393,6 +393,26 @@ export class BlobReader {
     return elementsFromBytes(type.dtype, payload, numel(type.shape));
   }
 
+  /**
+   * Reads payload bytes [byteOffset, byteOffset + into.length) of the value of `type` at
+   * metadata offset `offset` into `into` (sub-byte types as stored: packed).
+   */
+  readBytes(offset: number, type: TensorType, into: Uint8Array, byteOffset: number, label?: string): void {
+    const md = this.check(offset, type, label);
+    if (!Number.isSafeInteger(byteOffset) || byteOffset < 0 || byteOffset + into.length > md.sizeInBytes) {
+      throw new BlobFormatError(
+        "offset",
+        this.filePath,
+        offset,
+        `${label ? `${label}: ` : ""}bytes [${byteOffset}, ${byteOffset + into.length}) are outside the ${md.sizeInBytes}-byte payload`,
+      );
+    }
+    const got = readAll(this.requireOpen(), into, md.payloadOffset + byteOffset);
+    if (got !== into.length) {
+      throw new BlobFormatError("io", this.filePath, offset, `short read: ${got} of ${into.length} payload bytes`);
+    }
+  }
+
   /** Metadata offsets of all blobs, walking the file the way the writer lays it out. */
   offsets(): number[] {
     const out: number[] = [];
@@ -416,6 +436,23 @@ export class BlobReader {
     if (this.fd === undefined)
       throw new BlobFormatError("io", this.filePath, 0, "weight file reader is closed");
     return this.fd;
+  }
+}
+
+/** Opens `filePath`, reads a slice of one value's payload bytes into `into`, closes the file. */
+export function readBlobBytes(
+  filePath: string,
+  offset: number,
+  type: TensorType,
+  into: Uint8Array,
+  byteOffset: number,
+  label?: string,
+): void {
+  const r = BlobReader.open(filePath);
+  try {
+    r.readBytes(offset, type, into, byteOffset, label);
+  } finally {
+    r.close();
   }
 }
 

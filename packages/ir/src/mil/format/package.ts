@@ -17,7 +17,7 @@ import { basename, dirname, join, relative, resolve, sep } from "node:path";
 import { numel } from "@anemll-qwen35/core";
 import type { BlobRef, BlobSink, MilData, MlModel, TensorType } from "../program.js";
 import { typeToString } from "../program.js";
-import { BlobReader, BlobWriter, DEFAULT_BLOB_FILE_NAME, readBlob } from "./blob.js";
+import { BlobReader, BlobWriter, DEFAULT_BLOB_FILE_NAME, readBlob, readBlobBytes } from "./blob.js";
 import { checkDescription } from "./description.js";
 import { checkConstData } from "./elements.js";
 import { MilFormatError, MlPackageError } from "./errors.js";
@@ -35,7 +35,7 @@ import {
   WEIGHTS_FILE_NAME,
 } from "./manifest.js";
 import { decodeModelProto, encodeModelProto, type ModelProto } from "./proto.js";
-import { type BlobConstValue, modelFromProto, modelToProto } from "./serialize.js";
+import { type BlobAccess, type BlobConstValue, modelFromProto, modelToProto } from "./serialize.js";
 
 const MODEL_PATH_PREFIX = "@model_path/";
 
@@ -342,7 +342,7 @@ export async function readMlPackage(path: string, options: ReadMlPackageOptions 
   const modelDir = dirname(layout.modelFile);
   const refs: { file: string; offset: number; type: TensorType; where: string }[] = [];
   // One loader per (file, offset, type), so values sharing a blob (e.g. across functions) share it.
-  const loaders = new Map<string, () => MilData>();
+  const loaders = new Map<string, BlobAccess>();
   let model: MlModel;
   try {
     model = modelFromProto(proto, {
@@ -350,12 +350,15 @@ export async function readMlPackage(path: string, options: ReadMlPackageOptions 
         const file = resolveBlobFile(layout, modelDir, ref, where);
         refs.push({ file, offset: ref.offset, type, where });
         const key = `${file}\0${ref.offset}\0${type.dtype}\0${type.shape.join(",")}`;
-        let load = loaders.get(key);
-        if (!load) {
-          load = () => readBlob(file, ref.offset, type, where);
-          loaders.set(key, load);
+        let access = loaders.get(key);
+        if (!access) {
+          access = {
+            load: () => readBlob(file, ref.offset, type, where),
+            readBytes: (into, byteOffset) => readBlobBytes(file, ref.offset, type, into, byteOffset, where),
+          };
+          loaders.set(key, access);
         }
-        return load;
+        return access;
       },
     });
   } catch (cause) {

@@ -236,9 +236,17 @@ export function modelToProto(
 // ---------------------------------------------------------------------------------------------
 // proto -> Program
 
+/** How a blob constant read from a package reaches its payload. */
+export interface BlobAccess {
+  /** The whole value. */
+  readonly load: () => MilData;
+  /** Payload bytes [byteOffset, byteOffset + into.length) into `into`. */
+  readonly readBytes: (into: Uint8Array, byteOffset: number) => void;
+}
+
 export interface FromProtoOptions {
   /** Makes the loader for a blob-backed constant (the package reader reads weight.bin lazily). */
-  blobLoader?: (ref: BlobRef, type: TensorType, where: string) => (() => MilData) | undefined;
+  blobLoader?: (ref: BlobRef, type: TensorType, where: string) => BlobAccess | undefined;
 }
 
 function num(v: string | number | undefined, where: string, field: string): number {
@@ -389,8 +397,8 @@ function constValueFromProto(v: ValueProto, where: string, options: FromProtoOpt
       fileName: v.blobFileValue.fileName ?? "",
       offset: num(v.blobFileValue.offset, where, "blob offset"),
     };
-    const load = options.blobLoader?.(blob, type, where);
-    return load ? { type, blob, load } : { type, blob };
+    const access = options.blobLoader?.(blob, type, where);
+    return access ? { type, blob, load: access.load, readBytes: access.readBytes } : { type, blob };
   }
   const imm = v.immediateValue;
   if (!imm?.tensor) {

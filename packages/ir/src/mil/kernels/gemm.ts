@@ -4,6 +4,7 @@
  * the hot path; it runs in the WebAssembly SIMD kernel (simd.ts) when available, else in a
  * blocked scalar kernel (4 weight rows per pass, 4 accumulators, no allocation).
  */
+import { PackedWeight } from "./packed.js";
 import { simdHeap, type WasmHeap } from "./simd.js";
 
 /** Below this many weight elements the copy into the heap costs more than it saves. */
@@ -59,25 +60,6 @@ export function gemmNTScalar(
   }
 }
 
-class Scratch {
-  off = 0;
-  cap = 0;
-  ensure(h: WasmHeap, bytes: number): number | undefined {
-    if (bytes > this.cap) {
-      if (this.cap) h.release(this.off);
-      this.cap = 0;
-      const off = h.alloc(bytes);
-      if (off === undefined) return undefined;
-      this.off = off;
-      this.cap = bytes;
-    }
-    return this.off;
-  }
-}
-const xScratch = new Scratch();
-const wScratch = new Scratch();
-const oScratch = new Scratch();
-
 /** Heap copies of constant weights that were not materialised in the heap. */
 const pinned = new WeakMap<Float32Array, Float32Array>();
 
@@ -88,10 +70,14 @@ export interface GemmOptions {
   readonly bias?: Float32Array;
 }
 
-/** out[m*N + n] = Σ_k x[m*K + k] · w[n*K + k] (+ bias[n]); x [M, K], w [N, K], out [M, N]. */
+/**
+ * out[m*N + n] = Σ_k x[m*K + k] · w[n*K + k] (+ bias[n]); x [M, K], w [N, K], out [M, N].
+ * A packed weight gives the same bits as its expanded values would (PackedWeight.fits holds
+ * for every packed weight, so the expanded one would take the SIMD path too).
+ */
 export function gemmNT(
   x: Float32Array,
-  w: Float32Array,
+  w: Float32Array | PackedWeight,
   out: Float32Array,
   M: number,
   N: number,
@@ -99,11 +85,24 @@ export function gemmNT(
   opts: GemmOptions = {},
 ): void {
   const n4 = N & ~3;
-  const h = K % 4 === 0 && n4 > 0 && N * K >= WASM_MIN_NK ? simdHeap() : null;
-  if (!h || !gemmWasm(h, x, w, out, M, N, K, n4, opts.constWeight === true)) {
-    gemmNTScalar(x, 0, w, 0, out, 0, N, M, 0, N, K);
-  } else if (n4 < N) {
-    gemmNTScalar(x, 0, w, 0, out, 0, N, M, n4, N, K);
+  if (w instanceof PackedWeight) {
+    if (!w.product(x, out, M, N, n4)) {
+      gemmNT(x, w.dense(), out, M, N, K, opts);
+      return;
+    }
+    if (n4 < N) {
+      // the dense path's scalar tail, on the last rows decoded
+      const tail = new Float32Array((N - n4) * K);
+      w.readRows(n4, N - n4, tail);
+      gemmNTScalar(x, 0, tail, -n4 * K, out, 0, N, M, n4, N, K);
+    }
+  } else {
+    const h = K % 4 === 0 && n4 > 0 && N * K >= WASM_MIN_NK ? simdHeap() : null;
+    if (!h || !gemmWasm(h, x, w, out, M, N, K, n4, opts.constWeight === true)) {
+      gemmNTScalar(x, 0, w, 0, out, 0, N, M, 0, N, K);
+    } else if (n4 < N) {
+      gemmNTScalar(x, 0, w, 0, out, 0, N, M, n4, N, K);
+    }
   }
   const bias = opts.bias;
   if (bias) {
@@ -137,13 +136,13 @@ function gemmWasm(
     wOff = h.offsetOf(copy);
   }
   if (wOff === undefined) {
-    const off = wScratch.ensure(h, N * K * 4);
+    const off = h.wScratch.ensure(h, N * K * 4);
     if (off === undefined) return false;
     h.view(off, N * K).set(w.subarray(0, N * K));
     wOff = off;
   }
-  const xOff = xScratch.ensure(h, M * K * 4);
-  const oOff = oScratch.ensure(h, M * N * 4);
+  const xOff = h.xScratch.ensure(h, M * K * 4);
+  const oOff = h.outScratch.ensure(h, M * N * 4);
   if (xOff === undefined || oOff === undefined) return false;
   h.view(xOff, M * K).set(x.subarray(0, M * K));
   h.nt(M, xOff, wOff, oOff, n4, K * 4, N * 4);

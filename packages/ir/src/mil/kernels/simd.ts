@@ -8,6 +8,7 @@
  */
 import os from "node:os";
 import { Worker } from "node:worker_threads";
+import { ntRangeKernel, packedKernels } from "./packed-kernels.js";
 import { assembleModule, type FuncSpec, I32, op, V128 } from "./wasm-asm.js";
 
 /**
@@ -93,7 +94,16 @@ function ntKernel(rows: 1 | 2): FuncSpec {
   };
 }
 
-type NtFn = (x: number, w: number, out: number, n4: number, kb: number, ldo: number) => void;
+type KernelFn = (a0: number, a1: number, a2: number, a3: number, a4: number, a5: number, a6: number, a7: number) => void;
+
+/**
+ * The module's functions: nt1/nt2 (dense), `ntr` (dense over a row range) and the packed-weight
+ * kernels. Every exported kernel but nt1/nt2 takes 8 i32 arguments, the last two a row range.
+ */
+const KERNELS: readonly FuncSpec[] = [ntKernel(1), ntKernel(2), ntRangeKernel(0, 1), ...packedKernels(3, 2)];
+/** Function index of each kernel by name. */
+export const KERNEL_INDEX: ReadonlyMap<string, number> = new Map(KERNELS.map((k, i) => [k.name, i]));
+let kernelBytes: Uint8Array | undefined;
 
 /** The slice of the WebAssembly JS API used here (the project's TS lib has no DOM types). */
 interface WasmMemory {
@@ -109,20 +119,45 @@ const wasm = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
 
 const PAGE = 65536;
 const ALIGN = 64;
+/** A wasm32 memory holds at most 4 GiB; more weights go to further heaps. */
+const MEMORY_LIMIT = 2 ** 32;
 
-/** First-fit allocator over the shared wasm memory; blocks are 64-byte aligned. */
+/** A growable block of heap memory reused between calls (inputs, outputs, decoded rows). */
+class Scratch {
+  off = 0;
+  cap = 0;
+  ensure(h: WasmHeap, bytes: number): number | undefined {
+    if (bytes > this.cap) {
+      if (this.cap) h.release(this.off);
+      this.cap = 0;
+      const off = h.alloc(bytes);
+      if (off === undefined) return undefined;
+      this.off = off;
+      this.cap = bytes;
+    }
+    return this.off;
+  }
+}
+
+/**
+ * One shared `WebAssembly.Memory` with the kernels instantiated over it, a first-fit allocator
+ * (64-byte aligned blocks) and worker threads that run kernels on the same memory.
+ */
 class WasmHeap {
   readonly memory: WasmMemory;
-  readonly nt1: NtFn;
-  readonly nt2: NtFn;
+  readonly fns: readonly KernelFn[];
   private top = ALIGN; // offset 0 stays unused
   private readonly freeList: { off: number; size: number }[] = [];
   private readonly sizes = new Map<number, number>();
   private readonly offsets = new WeakMap<Float32Array, number>();
   private readonly registry = new FinalizationRegistry<number>((off) => this.release(off));
-
-  private readonly bytes: Uint8Array;
   private pool: WorkerPool | null | undefined;
+  /** Inputs and outputs of products, and per thread a block of decoded weight rows. */
+  readonly xScratch = new Scratch();
+  readonly outScratch = new Scratch();
+  /** Copies of weights that live outside the heap. */
+  readonly wScratch = new Scratch();
+  private readonly rowScratch: Scratch[] = [];
   /** Products split over worker threads so far (for tests and benchmarks). */
   parallelRuns = 0;
 
@@ -131,12 +166,16 @@ class WasmHeap {
     return (this.workers()?.size ?? 0) + 1;
   }
 
+  /** Bytes of memory this heap has taken from the system so far. */
+  get bytes(): number {
+    return this.memory.buffer.byteLength;
+  }
+
   constructor() {
     this.memory = new wasm.Memory({ initial: 1, maximum: 65536, shared: true });
-    this.bytes = assembleModule([ntKernel(1), ntKernel(2)]);
-    const inst = new wasm.Instance(new wasm.Module(this.bytes), { env: { mem: this.memory } });
-    this.nt1 = inst.exports.nt1 as NtFn;
-    this.nt2 = inst.exports.nt2 as NtFn;
+    kernelBytes ??= assembleModule(KERNELS);
+    const inst = new wasm.Instance(new wasm.Module(kernelBytes), { env: { mem: this.memory } });
+    this.fns = KERNELS.map((k) => inst.exports[k.name] as KernelFn);
   }
 
   /**
@@ -144,25 +183,43 @@ class WasmHeap {
    * Large products are split by weight rows over the worker threads and this thread.
    */
   nt(M: number, x: number, w: number, out: number, n4: number, kb: number, ldo: number): void {
-    const pool = n4 * kb >= PARALLEL_MIN_BYTES ? this.workers() : null;
+    this.rows(KERNEL_INDEX.get("ntr") as number, n4, n4 * (kb / 4), () => [x, w, out, M, kb, ldo]);
+  }
+
+  /**
+   * Runs kernel `fn` (8 arguments: six from `args(thread)`, then a row range) over rows
+   * [0, n), n a multiple of 4. With at least PARALLEL_MIN_VALUES weight values (`values`), the
+   * rows are split in multiples of 4 over the worker threads and this thread.
+   */
+  rows(fn: number, n: number, values: number, args: (thread: number) => readonly number[]): void {
+    if (n === 0) return;
+    const pool = values >= PARALLEL_MIN_VALUES ? this.workers() : null;
+    const f = this.fns[fn];
     if (!pool) {
-      runNT(this.nt1, this.nt2, M, x, w, out, n4, kb, ldo);
+      const a = args(0);
+      f(a[0], a[1], a[2], a[3], a[4], a[5], 0, n);
       return;
     }
     this.parallelRuns++;
     const parts = pool.size + 1;
-    const chunk = Math.ceil(n4 / 4 / parts) * 4;
+    const chunk = Math.ceil(n / 4 / parts) * 4;
     const jobs: number[] = [];
     for (let p = 1; p < parts; p++) {
-      const n0 = Math.min(n4, p * chunk);
-      const n = Math.min(n4 - n0, chunk);
-      if (n > 0) jobs.push(pool.post(p - 1, [x, w + n0 * kb, out + n0 * 4, M, n, kb, ldo]));
-      else jobs.push(-1);
+      const n0 = Math.min(n, p * chunk);
+      const n1 = Math.min(n, n0 + chunk);
+      jobs.push(n1 > n0 ? pool.post(p - 1, fn, [...args(p), n0, n1]) : -1);
     }
-    runNT(this.nt1, this.nt2, M, x, w, out, Math.min(chunk, n4), kb, ldo);
+    const a = args(0);
+    f(a[0], a[1], a[2], a[3], a[4], a[5], 0, Math.min(chunk, n));
     jobs.forEach((seq, i) => {
       if (seq >= 0) pool.wait(i, seq);
     });
+  }
+
+  /** Thread `t`'s block of at least `bytes` for decoded rows; undefined when out of memory. */
+  rowScratchFor(t: number, bytes: number): number | undefined {
+    while (this.rowScratch.length <= t) this.rowScratch.push(new Scratch());
+    return this.rowScratch[t].ensure(this, bytes);
   }
 
   private workers(): WorkerPool | null {
@@ -171,7 +228,8 @@ class WasmHeap {
       if (n < 1) this.pool = null;
       else {
         const ctl = this.alloc(n * 64);
-        this.pool = ctl === undefined ? null : new WorkerPool(this.memory, this.bytes, ctl, n);
+        this.pool =
+          ctl === undefined ? null : new WorkerPool(this.memory, kernelBytes as Uint8Array, ctl, n);
       }
     }
     return this.pool;
@@ -194,7 +252,7 @@ class WasmHeap {
       }
     }
     const end = this.top + size;
-    if (end > 2 ** 32) return undefined;
+    if (end > MEMORY_LIMIT - PAGE) return undefined;
     const have = this.memory.buffer.byteLength;
     if (end > have) {
       try {
@@ -239,6 +297,11 @@ class WasmHeap {
     return view;
   }
 
+  /** Frees block `off` when `owner` is garbage-collected. */
+  releaseWith(owner: object, off: number): void {
+    this.registry.register(owner, off);
+  }
+
   /** Byte offset of a heap array made by `f32`, else undefined. */
   offsetOf(a: Float32Array): number | undefined {
     return this.offsets.get(a);
@@ -247,26 +310,14 @@ class WasmHeap {
   view(off: number, n: number): Float32Array {
     return new Float32Array(this.memory.buffer, off, n);
   }
+
+  bytesAt(off: number, n: number): Uint8Array {
+    return new Uint8Array(this.memory.buffer, off, n);
+  }
 }
 
-/** Products reading at least this many weight bytes are split across threads. */
-const PARALLEL_MIN_BYTES = 4 << 20;
-
-function runNT(
-  nt1: NtFn,
-  nt2: NtFn,
-  M: number,
-  x: number,
-  w: number,
-  out: number,
-  n4: number,
-  kb: number,
-  ldo: number,
-): void {
-  let m = 0;
-  for (; m + 2 <= M; m += 2) nt2(x + m * kb, w, out + m * ldo, n4, kb, ldo);
-  if (m < M) nt1(x + m * kb, w, out + m * ldo, n4, kb, ldo);
-}
+/** Products reading at least this many weight values are split across threads. */
+const PARALLEL_MIN_VALUES = 1 << 20;
 
 /** Threads for large products: ANEMLL_THREADS, else the available cores (at most 8). */
 function threadCount(): number {
@@ -277,23 +328,24 @@ function threadCount(): number {
 
 /**
  * The worker side: instantiate the same kernels over the same memory, then serve jobs posted
- * in its 64-byte control slot (i32: [seq, done, x, w, out, M, n4, kb, ldo]) until seq < 0.
+ * in its 64-byte control slot (i32: [seq, done, fn, 8 arguments, …, failed]) until seq < 0.
  */
 const WORKER_SOURCE = `
 const { workerData } = require("node:worker_threads");
-const { mem, bytes, ctl } = workerData;
+const { mem, bytes, ctl, names } = workerData;
 const inst = new WebAssembly.Instance(new WebAssembly.Module(bytes), { env: { mem } });
-const { nt1, nt2 } = inst.exports;
+const fns = names.map((n) => inst.exports[n]);
 const c = new Int32Array(mem.buffer, ctl, 16);
 let seen = 0;
 for (;;) {
   Atomics.wait(c, 0, seen);
   seen = Atomics.load(c, 0);
   if (seen < 0) break;
-  const x = c[2], w = c[3], out = c[4], M = c[5], n4 = c[6], kb = c[7], ldo = c[8];
-  let m = 0;
-  for (; m + 2 <= M; m += 2) nt2(x + m * kb, w, out + m * ldo, n4, kb, ldo);
-  if (m < M) nt1(x + m * kb, w, out + m * ldo, n4, kb, ldo);
+  try {
+    fns[c[2]](c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10]);
+  } catch {
+    c[15] = 1;
+  }
   Atomics.store(c, 1, seen);
   Atomics.notify(c, 1);
 }
@@ -310,19 +362,21 @@ class WorkerPool {
     ctl: number,
     readonly size: number,
   ) {
+    const names = KERNELS.map((k) => k.name);
     for (let i = 0; i < size; i++) {
       const slot = ctl + i * 64;
-      this.slots.push(new Int32Array(memory.buffer, slot, 16));
+      this.slots.push(new Int32Array(memory.buffer, slot, 16).fill(0)); // the block may be reused memory
       this.seqs.push(0);
-      const w = new Worker(WORKER_SOURCE, { eval: true, workerData: { mem: memory, bytes, ctl: slot } });
+      const w = new Worker(WORKER_SOURCE, { eval: true, workerData: { mem: memory, bytes, ctl: slot, names } });
       w.unref(); // never keeps the process alive
     }
   }
 
-  /** Posts a job to worker i; returns its sequence number. */
-  post(i: number, job: readonly number[]): number {
+  /** Posts kernel `fn` with its 8 arguments to worker i; returns the job's sequence number. */
+  post(i: number, fn: number, args: readonly number[]): number {
     const c = this.slots[i];
-    for (let k = 0; k < job.length; k++) c[2 + k] = job[k];
+    c[2] = fn;
+    for (let k = 0; k < args.length; k++) c[3 + k] = args[k];
     const seq = ++this.seqs[i];
     Atomics.store(c, 0, seq);
     Atomics.notify(c, 0);
@@ -335,10 +389,14 @@ class WorkerPool {
     const t0 = Date.now();
     for (;;) {
       const done = Atomics.load(c, 1);
-      if (done === seq) return;
+      if (done === seq) break;
       Atomics.wait(c, 1, done, 1000);
       if (Date.now() - t0 > 60_000)
         throw new Error(`SIMD worker ${i} did not finish a matrix product within 60 s`);
+    }
+    if (c[15]) {
+      c[15] = 0;
+      throw new Error(`SIMD worker ${i} failed a matrix product (out-of-bounds memory access)`);
     }
   }
 }
@@ -355,6 +413,37 @@ export function simdHeap(): WasmHeap | null {
     }
   }
   return heap;
+}
+
+/** Heaps after the first, made when a heap's 4 GiB are taken. */
+const moreHeaps: WasmHeap[] = [];
+
+/**
+ * A heap with `bytes` free, and the offset allocated there: the first heap that has room, else a
+ * new one (each wasm32 memory holds at most 4 GiB). undefined without SIMD or when nothing fits.
+ */
+export function allocAnyHeap(bytes: number): { heap: WasmHeap; off: number } | undefined {
+  const first = simdHeap();
+  if (!first) return undefined;
+  for (const h of [first, ...moreHeaps]) {
+    const off = h.alloc(bytes);
+    if (off !== undefined) return { heap: h, off };
+  }
+  if (bytes > MEMORY_LIMIT / 2) return undefined;
+  let h: WasmHeap;
+  try {
+    h = new WasmHeap();
+  } catch {
+    return undefined;
+  }
+  moreHeaps.push(h);
+  const off = h.alloc(bytes);
+  return off === undefined ? undefined : { heap: h, off };
+}
+
+/** Bytes the SIMD heaps have taken from the system (for memory reports). */
+export function simdHeapBytes(): number {
+  return (heap ? heap.bytes : 0) + moreHeaps.reduce((s, h) => s + h.bytes, 0);
 }
 
 export type { WasmHeap };

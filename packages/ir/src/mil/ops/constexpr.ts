@@ -5,11 +5,13 @@
  * Sources: coremltools ops/defs/iOS18/compression.py (_validate_lut_inputs,
  * _validate_shift_scale_inputs, decompress), coremltools/optimize/_utils.py (lut_to_dense).
  */
+import { roundF16InPlace } from "../fp16.js";
+import { PackedWeight } from "../kernels/packed.js";
 import { allocWeightF32 } from "../kernels/simd.js";
-import type { MilData, MilDType } from "../program.js";
+import type { MilData, MilDType, TensorType } from "../program.js";
 import { milDTypeBits } from "../program.js";
 import { shapeStr, stridesOf } from "../shape.js";
-import { f16Table, numelOf } from "../values.js";
+import { f16Table, numelOf, type RtTensor } from "../values.js";
 import { I32, tt } from "./common.js";
 import type { OpArgs, OpDef } from "./opdef.js";
 
@@ -162,7 +164,45 @@ const lutToDense: OpDef = {
     }
     return [{ type: out[0], data: o }];
   },
+  compressed(a, out, { flushSubnormals }) {
+    lutCheck(a);
+    const idx = a.type("indices");
+    const lutT = a.type("lut");
+    const r = idx.shape.length;
+    const dtype = out[0].dtype;
+    // packed: float palettes grouped along dim 0 only, scalar entries (VECTOR_SIZE 1)
+    if ((dtype !== "fp16" && dtype !== "fp32") || lutT.shape[r + 1] !== 1) return undefined;
+    if (lutT.shape.slice(1, r).some((g) => g !== 1)) return undefined;
+    const rows = idx.shape[0];
+    const cols = numelOf(idx.shape) / rows;
+    if (!PackedWeight.fits(rows, cols)) return undefined;
+    const lutRaw = a.raw("lut");
+    const lut = Float32Array.from(numbers(lutRaw.type.dtype, lutRaw.data));
+    // the interpreter rounds an expanded fp16 result; rounding the palette gives the same values
+    if (dtype === "fp16") roundF16InPlace(lut, flushSubnormals);
+    const w = PackedWeight.lut({
+      rows,
+      cols,
+      indexDType: idx.dtype,
+      indices: a.rawBytes("indices"),
+      lut,
+      groups: lutT.shape[0],
+    });
+    return w && packedTensor(out[0], w);
+  },
 };
+
+/** A tensor whose values stay packed; `data` expands them (once) for ops without a packed path. */
+function packedTensor(type: TensorType, w: PackedWeight): RtTensor {
+  return {
+    type,
+    rows: w,
+    packed: w,
+    get data() {
+      return w.dense();
+    },
+  };
+}
 
 // ---------------------------------------------------------------------------------------------
 // constexpr_blockwise_shift_scale
@@ -233,6 +273,33 @@ const blockwiseShiftScale: OpDef = {
       }
     }
     return [{ type: out[0], data: o }];
+  },
+  compressed(a, out, { flushSubnormals }) {
+    const data = a.type("data");
+    const scale = a.type("scale");
+    const shape = data.shape;
+    // packed: byte data, scale blocks along dims 0 and 1 only, runs of whole SIMD chunks
+    if (data.dtype !== "int8" && data.dtype !== "uint8") return undefined;
+    if (shape.length < 2 || scale.shape.slice(2).some((s) => s !== 1)) return undefined;
+    const rows = shape[0];
+    const cols = numelOf(shape) / rows;
+    const blocks = scale.shape[1];
+    if (!PackedWeight.fits(rows, cols) || (cols / blocks) % 16 !== 0) return undefined;
+    const sRaw = a.raw("scale");
+    const offset = a.has("offset") ? a.raw("offset") : undefined;
+    const dtype = out[0].dtype;
+    const w = PackedWeight.int8({
+      rows,
+      cols,
+      signed: data.dtype === "int8",
+      data: a.rawBytes("data"),
+      scale: Float32Array.from(numbers(sRaw.type.dtype, sRaw.data)),
+      rowBlocks: scale.shape[0],
+      blocks,
+      offset: offset && Float64Array.from(numbers(offset.type.dtype, offset.data)),
+      round: dtype === "fp16" ? (flushSubnormals ? "f16-flush" : "f16") : "none",
+    });
+    return w && packedTensor(out[0], w);
   },
 };
 

@@ -53,6 +53,7 @@ export function specVersionForOpset(opset: string): number {
 }
 
 export type {
+  CompressOptions,
   DTypeSpec,
   EvalContext,
   InputInfo,

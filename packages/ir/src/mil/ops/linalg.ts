@@ -5,6 +5,7 @@
  * (spatial_dimensions_out_shape, aggregated_pad).
  */
 import { gemmNT } from "../kernels/gemm.js";
+import type { PackedWeight } from "../kernels/packed.js";
 import type { TensorType } from "../program.js";
 import { broadcastShapes, shapeStr, stridesOf } from "../shape.js";
 import type { RtTensor } from "../values.js";
@@ -72,8 +73,9 @@ const linear: OpDef = {
     const M = numelOf(x.type.shape) / K;
     const o = allocRt(out[0]);
     const bias = a.has("bias") ? (a.value("bias").data as Float32Array) : undefined;
-    if (o instanceof Float32Array && x.data instanceof Float32Array && w.data instanceof Float32Array) {
-      gemmNT(x.data, w.data, o, M, N, K, {
+    const wf = w.packed ?? (w.data instanceof Float32Array ? w.data : undefined);
+    if (o instanceof Float32Array && x.data instanceof Float32Array && wf) {
+      gemmNT(x.data, wf, o, M, N, K, {
         constWeight: true,
         bias: bias && !isZero(bias) ? bias : undefined,
       });
@@ -208,7 +210,9 @@ const matmul: OpDef = {
     const { M, N, K } = p;
     const o = allocRt(out[0]) as Float32Array;
     const xd = toF32(x.data);
-    const yd = toF32(y.data);
+    // a packed y [N, K] (transpose_y) is already in NT form
+    const yPacked = ty && p.yBatch.length === 0 ? y.packed : undefined;
+    const yd = yPacked ? undefined : toF32(y.data);
     const xOffs = batchOffsets(p.batch, p.xBatch, M * K);
     const yOffs = batchOffsets(p.batch, p.yBatch, K * N);
     const yConst = a.info("y").isConst;
@@ -216,7 +220,11 @@ const matmul: OpDef = {
     for (let b = 0; b < xOffs.length; b++) {
       const xm = tx ? transpose2d(xd, xOffs[b], K, M) : xd.subarray(xOffs[b], xOffs[b] + M * K);
       // NT form needs y as [N, K]
-      const ym = ty ? yd.subarray(yOffs[b], yOffs[b] + N * K) : transposeCached(yd, yOffs[b], K, N, yConst);
+      const ym = !yd
+        ? (yPacked as PackedWeight)
+        : ty
+          ? yd.subarray(yOffs[b], yOffs[b] + N * K)
+          : transposeCached(yd, yOffs[b], K, N, yConst);
       gemmNT(xm, ym, tmp, M, N, K, { constWeight: yConst });
       o.set(tmp, b * M * N);
     }
@@ -333,7 +341,6 @@ function evalConv(a: OpArgs, outType: TensorType): RtTensor {
   const x = a.value("x");
   const w = a.value("weight");
   const xd = x.data as Float32Array;
-  const wd = w.data as Float32Array;
   const bias = a.has("bias") ? (a.value("bias").data as Float32Array) : undefined;
   // view every conv as 3-D: missing leading spatial dims are size 1
   const lift = (s: readonly number[], fill: number) => [...new Array<number>(3 - s.length).fill(fill), ...s];
@@ -360,13 +367,16 @@ function evalConv(a: OpArgs, outType: TensorType): RtTensor {
       const base = n * Cin * inPlane;
       for (let c = 0; c < Cin; c++)
         for (let s = 0; s < inPlane; s++) xt[s * Cin + c] = xd[base + c * inPlane + s];
-      gemmNT(xt, wd, tmp, inPlane, Cout, Cin, { constWeight: a.info("weight").isConst });
+      gemmNT(xt, w.packed ?? (w.data as Float32Array), tmp, inPlane, Cout, Cin, {
+        constWeight: a.info("weight").isConst,
+      });
       const ob = n * Cout * outPlane;
       for (let s = 0; s < inPlane; s++)
         for (let c = 0; c < Cout; c++) o[ob + c * outPlane + s] = tmp[s * Cout + c] + (bias ? bias[c] : 0);
     }
     return { type: outType, data: o };
   }
+  const wd = w.data as Float32Array;
   for (let n = 0; n < N; n++) {
     for (let co = 0; co < Cout; co++) {
       const g = Math.floor(co / cog);

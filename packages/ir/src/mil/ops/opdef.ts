@@ -10,6 +10,7 @@
 import type { ConstValue, MilData, MilDType, TensorType, ValueType } from "../program.js";
 import { shapeStr } from "../shape.js";
 import type { RtTensor } from "../values.js";
+import { elementsToBytes } from "../format/elements.js";
 import { constData } from "../values.js";
 
 /** Allowed dtypes of an input: a fixed list, or the name of one of the op's type domains. */
@@ -67,6 +68,17 @@ export interface OpDef {
   infer(a: OpArgs): TensorType[];
   /** Reference evaluation; returns one tensor per output type. */
   evaluate(a: OpArgs, out: readonly TensorType[], ctx: EvalContext): RtTensor[];
+  /**
+   * constexpr decompression ops: the one result kept compressed (a packed weight that matrix
+   * products and gather decode where they read it), holding the values `evaluate` gives after
+   * the interpreter's fp16 rounding of constants. undefined where this layout has no packed form.
+   */
+  compressed?(a: OpArgs, out: readonly TensorType[], opts: CompressOptions): RtTensor | undefined;
+}
+
+export interface CompressOptions {
+  /** fp16 results: flush subnormals to zero (fp16 mode with flushSubnormals). */
+  readonly flushSubnormals: boolean;
 }
 
 /** What is known about one bound input. */
@@ -154,6 +166,19 @@ export class OpArgs {
       if (!v) this.fail(p, "must be known");
       return v;
     });
+  }
+
+  /**
+   * Payload bytes of a constant input (sub-byte types packed LSB first), read a slice at a time:
+   * from its weight file when it has one, else from its in-memory data.
+   */
+  rawBytes(p: string): (into: Uint8Array, byteOffset: number) => void {
+    const info = this.info(p);
+    const cv = info.constValue?.();
+    if (!cv) this.fail(p, "must be a compile-time constant");
+    if ("blob" in cv && cv.readBytes) return cv.readBytes;
+    const bytes = elementsToBytes(cv.type.dtype, constData(cv));
+    return (into, byteOffset) => into.set(bytes.subarray(byteOffset, byteOffset + into.length));
   }
 
   /** Stored data of a constant input (for constexpr decoding without widening). */

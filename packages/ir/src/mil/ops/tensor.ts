@@ -580,8 +580,13 @@ const gather: OpDef = {
     const inner = numelOf(xs.slice(axis + 1));
     const I = numelOf(idx.type.shape.slice(bd));
     const id = idx.data as Int32Array;
-    const src = x.data as Num;
     const o = allocRt(out[0]) as Num;
+    if (x.rows && axis === 0 && o instanceof Float32Array) {
+      // a large table (e.g. the embedding) read by row: only the rows asked for
+      for (let i = 0; i < I; i++) x.rows.readRows(checkIndex(a, id[i], A), 1, o, i * inner);
+      return [{ type: out[0], data: o }];
+    }
+    const src = x.data as Num;
     for (let b = 0; b < batch; b++) {
       for (let m = 0; m < mid; m++) {
         const row = b * mid + m;
