@@ -4,7 +4,13 @@
  */
 
 import type { Tensor } from "@anemll-qwen35/core";
-import { checkProgram, MilInterpreter, type MilState, readMlPackage } from "@anemll-qwen35/ir/mil";
+import {
+  checkProgram,
+  MilInterpreter,
+  type MilState,
+  readMlPackage,
+  type WeightMode,
+} from "@anemll-qwen35/ir/mil";
 import type { Backend, ComponentState, LoadComponentOptions, LoadedComponent } from "./backend.js";
 
 export interface ReferenceBackendOptions {
@@ -12,6 +18,11 @@ export interface ReferenceBackendOptions {
   readonly precision?: "fp32" | "fp16";
   /** fp16 mode: flush fp16 subnormal results to zero, as the ANE does. */
   readonly flushSubnormals?: boolean;
+  /**
+   * "packed" (default): LUT / int8 weights stay compressed in memory and tables are read by row;
+   * "dense": every weight is expanded to fp32 once (the same outputs, several times the memory).
+   */
+  readonly weights?: WeightMode;
 }
 
 class InterpreterState implements ComponentState {
@@ -33,6 +44,7 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
         functionName: opts.functionName,
         precision: options.precision ?? "fp32",
         flushSubnormals: options.flushSubnormals,
+        weights: options.weights,
         onNonFinite: "ignore",
       });
       return {

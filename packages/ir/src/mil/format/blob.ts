@@ -409,7 +409,12 @@ export class BlobReader {
     }
     const got = readAll(this.requireOpen(), into, md.payloadOffset + byteOffset);
     if (got !== into.length) {
-      throw new BlobFormatError("io", this.filePath, offset, `short read: ${got} of ${into.length} payload bytes`);
+      throw new BlobFormatError(
+        "io",
+        this.filePath,
+        offset,
+        `short read: ${got} of ${into.length} payload bytes`,
+      );
     }
   }
 

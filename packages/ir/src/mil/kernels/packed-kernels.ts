@@ -88,7 +88,12 @@ export const PACKED_FORMATS: readonly PackedFormat[] = [
   { kind: "lut", layout: "byte", entries: 256 },
   ...[true, false].flatMap((signed) =>
     [false, true].flatMap((offset) =>
-      (["none", "f16", "f16-flush"] as const).map((round) => ({ kind: "int8" as const, signed, offset, round })),
+      (["none", "f16", "f16-flush"] as const).map((round) => ({
+        kind: "int8" as const,
+        signed,
+        offset,
+        round,
+      })),
     ),
   ),
 ];
@@ -148,7 +153,13 @@ class Fn {
   }
 
   spec(): FuncSpec {
-    return { name: this.name, params: new Array<number>(this.params).fill(I32), results: [], locals: this.locals, body: this.body };
+    return {
+      name: this.name,
+      params: new Array<number>(this.params).fill(I32),
+      results: [],
+      locals: this.locals,
+      body: this.body,
+    };
   }
 }
 
@@ -206,7 +217,13 @@ function loadDesc(f: Fn): Desc {
 }
 
 /** Emits the decode of 16 values of one row into W[0..3] (f32x4, in k order). */
-function emitDecode16(f: Fn, fmt: PackedFormat, r: RowLocals, W: readonly number[], t: readonly number[]): void {
+function emitDecode16(
+  f: Fn,
+  fmt: PackedFormat,
+  r: RowLocals,
+  W: readonly number[],
+  t: readonly number[],
+): void {
   if (fmt.kind === "int8") {
     const [v, h0, h1] = t;
     const sgn = fmt.signed;
@@ -238,7 +255,12 @@ function emitDecode16(f: Fn, fmt: PackedFormat, r: RowLocals, W: readonly number
           ...op.f64x2Mul,
           ...op.f32x4DemoteF64x2Zero,
         ];
-        f.set(W[j], half([]), half([...get(v), ...op.i8x16Shuffle(HIGH_PAIR)]), op.i8x16Shuffle(JOIN_LOW_PAIRS));
+        f.set(
+          W[j],
+          half([]),
+          half([...get(v), ...op.i8x16Shuffle(HIGH_PAIR)]),
+          op.i8x16Shuffle(JOIN_LOW_PAIRS),
+        );
       }
       if (fmt.round !== "none") emitRoundF16(f, W[j], fmt.round === "f16-flush", t.slice(3));
     }
@@ -392,7 +414,15 @@ function rowKernel(name: string, fmt: PackedFormat, fused: boolean): FuncSpec {
   const pass = (R: number) => {
     for (let r = 0; r < R; r++) {
       const L = rows[r];
-      f.set(L.src, get(n), ...(r ? [op.i32Const(r), op.i32Add] : []), get(d.rowBytes), op.i32Mul, get(d.src), op.i32Add);
+      f.set(
+        L.src,
+        get(n),
+        ...(r ? [op.i32Const(r), op.i32Add] : []),
+        get(d.rowBytes),
+        op.i32Mul,
+        get(d.src),
+        op.i32Add,
+      );
       f.set(g, get(n), ...(r ? [op.i32Const(r), op.i32Add] : []), get(d.groupRows), op.i32DivU);
       f.set(L.tab, get(g), get(d.tabStride), op.i32Mul, get(d.tab), op.i32Add);
       if (fmt.kind === "int8" && fmt.offset)
@@ -417,23 +447,49 @@ function rowKernel(name: string, fmt: PackedFormat, fused: boolean): FuncSpec {
       if (fmt.kind === "int8") {
         for (let r = 0; r < R; r++) {
           const L = rows[r];
-          f.set(L.scale, get(L.tab), get(bi), op.i32Const(2), op.i32Shl, op.i32Add, op.f32Load(), op.f32x4Splat);
+          f.set(
+            L.scale,
+            get(L.tab),
+            get(bi),
+            op.i32Const(2),
+            op.i32Shl,
+            op.i32Add,
+            op.f32Load(),
+            op.f32x4Splat,
+          );
           if (fmt.offset) {
             f.set(L.scale64, get(L.scale), op.f64x2PromoteLowF32x4);
-            f.set(L.offset64, get(L.off), get(bi), op.i32Const(3), op.i32Shl, op.i32Add, op.v128Load64Splat());
+            f.set(
+              L.offset64,
+              get(L.off),
+              get(bi),
+              op.i32Const(3),
+              op.i32Shl,
+              op.i32Add,
+              op.v128Load64Splat(),
+            );
           }
         }
       }
       f.set(blockEnd, get(kx), get(d.blockBytes), op.i32Add);
       f.whileLt(kx, blockEnd, () => {
-        if (fused) for (let j = 0; j < 4; j++) f.set(xv[j], get(P.x), get(kx), op.i32Add, op.v128Load(16 * j));
+        if (fused)
+          for (let j = 0; j < 4; j++) f.set(xv[j], get(P.x), get(kx), op.i32Add, op.v128Load(16 * j));
         for (let r = 0; r < R; r++) {
           const L = rows[r];
           if (!fused && fmt.kind === "lut" && lutTables(fmt) === 16) {
             // one value at a time, straight to the row
             for (let i = 0; i < 16; i++) {
               f.emit(get(L.dst), get(kx), op.i32Add);
-              f.emit(get(L.tab), get(L.src), op.i32Load8U(i), op.i32Const(2), op.i32Shl, op.i32Add, op.f32Load());
+              f.emit(
+                get(L.tab),
+                get(L.src),
+                op.i32Load8U(i),
+                op.i32Const(2),
+                op.i32Shl,
+                op.i32Add,
+                op.f32Load(),
+              );
               f.emit(op.f32Store(4 * i));
             }
             f.set(L.src, add(L.src, step));

@@ -7,13 +7,7 @@
 import { SUB_BYTE_BITS } from "../format/dtypes.js";
 import { unpackSubByte } from "../format/elements.js";
 import type { MilDType } from "../program.js";
-import {
-  DESC,
-  DESC_BYTES,
-  formatName,
-  lutTabStride,
-  type PackedFormat,
-} from "./packed-kernels.js";
+import { DESC, DESC_BYTES, formatName, lutTabStride, type PackedFormat } from "./packed-kernels.js";
 import { allocAnyHeap, allocWeightF32, KERNEL_INDEX, type WasmHeap } from "./simd.js";
 
 /** Reads payload bytes [byteOffset, byteOffset + into.length) of a stored value into `into`. */
@@ -120,7 +114,8 @@ export class PackedWeight implements RowReader {
       for (let e = 0; e < entries; e++) {
         const v = (g * entries + e) * 4;
         if (stride === 1024) tab.set(lutBytes.subarray(v, v + 4), g * stride + e * 4);
-        else for (let p = 0; p < 4; p++) tab[g * stride + (e >> 4) * 64 + p * 16 + (e & 15)] = lutBytes[v + p];
+        else
+          for (let p = 0; p < 4; p++) tab[g * stride + (e >> 4) * 64 + p * 16 + (e & 15)] = lutBytes[v + p];
       }
     }
     // indices, a slice of rows at a time
@@ -155,7 +150,12 @@ export class PackedWeight implements RowReader {
   /** Packs an int8 / uint8 blockwise weight; undefined when no heap has room. */
   static int8(s: Int8Source): PackedWeight | undefined {
     const { rows, cols } = s;
-    const fmt: PackedFormat = { kind: "int8", signed: s.signed, offset: s.offset !== undefined, round: s.round };
+    const fmt: PackedFormat = {
+      kind: "int8",
+      signed: s.signed,
+      offset: s.offset !== undefined,
+      round: s.round,
+    };
     const nScales = s.rowBlocks * s.blocks;
     const scaleAt = DESC_BYTES;
     const offAt = scaleAt + align64(nScales * 4);

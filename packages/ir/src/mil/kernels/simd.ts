@@ -94,7 +94,16 @@ function ntKernel(rows: 1 | 2): FuncSpec {
   };
 }
 
-type KernelFn = (a0: number, a1: number, a2: number, a3: number, a4: number, a5: number, a6: number, a7: number) => void;
+type KernelFn = (
+  a0: number,
+  a1: number,
+  a2: number,
+  a3: number,
+  a4: number,
+  a5: number,
+  a6: number,
+  a7: number,
+) => void;
 
 /**
  * The module's functions: nt1/nt2 (dense), `ntr` (dense over a row range) and the packed-weight
@@ -228,8 +237,7 @@ class WasmHeap {
       if (n < 1) this.pool = null;
       else {
         const ctl = this.alloc(n * 64);
-        this.pool =
-          ctl === undefined ? null : new WorkerPool(this.memory, kernelBytes as Uint8Array, ctl, n);
+        this.pool = ctl === undefined ? null : new WorkerPool(this.memory, kernelBytes as Uint8Array, ctl, n);
       }
     }
     return this.pool;
@@ -367,7 +375,10 @@ class WorkerPool {
       const slot = ctl + i * 64;
       this.slots.push(new Int32Array(memory.buffer, slot, 16).fill(0)); // the block may be reused memory
       this.seqs.push(0);
-      const w = new Worker(WORKER_SOURCE, { eval: true, workerData: { mem: memory, bytes, ctl: slot, names } });
+      const w = new Worker(WORKER_SOURCE, {
+        eval: true,
+        workerData: { mem: memory, bytes, ctl: slot, names },
+      });
       w.unref(); // never keeps the process alive
     }
   }
