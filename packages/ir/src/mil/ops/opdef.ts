@@ -7,10 +7,11 @@
  * Signatures follow coremltools' op definitions for opset CoreML8 (iOS18): for each op the
  * newest version at or below iOS18 (`coremltools/converters/mil/mil/ops/defs/iOS15..iOS18`).
  */
+
+import { elementsToBytes } from "../format/elements.js";
 import type { ConstValue, MilData, MilDType, TensorType, ValueType } from "../program.js";
 import { shapeStr } from "../shape.js";
 import type { RtTensor } from "../values.js";
-import { elementsToBytes } from "../format/elements.js";
 import { constData } from "../values.js";
 
 /** Allowed dtypes of an input: a fixed list, or the name of one of the op's type domains. */
