@@ -33,6 +33,16 @@ export function statsLine(s: GenerationStats, finish: string): string {
   return (
     `prompt ${s.promptTokens} tok · prefill ${s.prefillTokensPerSecond.toFixed(1)} tok/s · ` +
     `ttft ${s.timeToFirstTokenMs.toFixed(0)} ms · decode ${s.decodeTokensPerSecond.toFixed(2)} tok/s · ` +
-    `${s.generatedTokens} tokens · ${finish}`
+    `${s.generatedTokens} tokens · ${finish} · ${memoryLine()}`
   );
+}
+
+/** Resident memory of this process now and its peak so far (getrusage's max RSS, in KiB on every OS). */
+export function memoryStats(): { rssBytes: number; peakRssBytes: number } {
+  return { rssBytes: process.memoryUsage().rss, peakRssBytes: process.resourceUsage().maxRSS * 1024 };
+}
+
+export function memoryLine(m = memoryStats()): string {
+  const mb = (b: number) => `${(b / 2 ** 20).toFixed(0)} MB`;
+  return `RSS ${mb(m.rssBytes)} (peak ${mb(m.peakRssBytes)})`;
 }

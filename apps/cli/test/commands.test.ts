@@ -55,7 +55,7 @@ describe("convert → run → verify → inspect", () => {
     const r = await cli("run", exact, "Hi!", "--backend", "reference", "--max-tokens", "5");
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout.length).toBeGreaterThan(0);
-    expect(r.stderr).toMatch(/decode [\d.]+ tok\/s · 5 tokens · length/);
+    expect(r.stderr).toMatch(/decode [\d.]+ tok\/s · 5 tokens · length · RSS \d+ MB \(peak \d+ MB\)/);
   });
 
   it("verify prints identical greedy agreement against the goldens", async () => {
@@ -64,6 +64,10 @@ describe("convert → run → verify → inspect", () => {
     const doc = JSON.parse(r.stdout);
     expect(doc.tokensIdentical).toBe(true);
     expect(doc.maxAbsLogitDiff).toBeLessThan(1e-3);
+    expect(doc.decodeTokensPerSecond).toBeGreaterThan(0);
+    expect(doc.peakRssBytes).toBeGreaterThanOrEqual(doc.rssBytes);
+    const text = await cli("verify", exact);
+    expect(text.stdout).toMatch(/decode [\d.]+ tok\/s · RSS \d+ MB \(peak \d+ MB\)/);
   });
 
   it("inspect summarises model.json and prints a component's MIL", async () => {

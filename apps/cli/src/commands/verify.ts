@@ -4,6 +4,7 @@ import { argmax, cosine, hasGolden, loadGolden, maxAbsDiff } from "@anemll-qwen3
 import { loadModel } from "@anemll-qwen35/models";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
+import { memoryLine, memoryStats } from "../generation-options.js";
 import { choice, UsageError } from "../options.js";
 
 export interface Agreement {
@@ -51,8 +52,11 @@ export function registerVerify(program: Command, ctx: Context): void {
         let agree = 0;
         let maxDiff = 0;
         let minCos = 1;
+        let decodeMs = 0;
         for (const [i, ids] of feeds.entries()) {
+          const t0 = performance.now();
           const step = i === 0 ? await model.prefill(ids) : await model.decode(ids[0]);
+          if (i > 0) decodeMs += performance.now() - t0;
           const want = g.generatedIds[i];
           if ("logits" in step) {
             if (argmax(step.logits) === want) agree++;
@@ -68,11 +72,15 @@ export function registerVerify(program: Command, ctx: Context): void {
           minCosine: hasLogits ? minCos : Number.NaN,
           tokensIdentical: agree === feeds.length,
         };
+        const decodeTokensPerSecond = feeds.length > 1 ? (1000 * (feeds.length - 1)) / decodeMs : Number.NaN;
+        const memory = memoryStats();
         out.result({
           model: dir,
           golden: join(goldenDir, "golden.safetensors"),
           precision: o.precision,
           ...a,
+          decodeTokensPerSecond,
+          ...memory,
         });
         out.line(`verify ${dir} against ${goldenDir} (reference backend, ${o.precision})`);
         out.line(
@@ -80,6 +88,7 @@ export function registerVerify(program: Command, ctx: Context): void {
         );
         if (hasLogits)
           out.line(`  max |Δlogit| ${maxDiff.toExponential(3)} · min cosine ${minCos.toFixed(6)}`);
+        out.line(`  decode ${decodeTokensPerSecond.toFixed(2)} tok/s · ${memoryLine(memory)}`);
         if (!a.tokensIdentical) process.exitCode = 1;
       } finally {
         await loaded.dispose();

@@ -182,6 +182,13 @@ describe("writer with a BlobSink (stream constants while building)", () => {
     >;
     expect(wBack.blob.offset).toBe(64);
     expect(Array.from(wBack.load!() as Uint16Array)).toEqual(Array.from(fp16Random(512, 11)));
+    // a slice of the payload's bytes, bounds-checked against the blob
+    const slice = new Uint8Array(6);
+    wBack.readBytes!(slice, 100);
+    expect(Array.from(new Uint16Array(slice.buffer))).toEqual(
+      Array.from(fp16Random(512, 11).subarray(50, 53)),
+    );
+    expect(() => wBack.readBytes!(new Uint8Array(8), 1020)).toThrow(/outside the 1024-byte payload/);
   });
 
   it("accepts a ref copied from its own sink when dtype and size match", async () => {
