@@ -48,7 +48,16 @@ export const DESC_BYTES = 64;
 
 /** How the 16 values of one chunk are stored. */
 export type PackedFormat =
-  | { readonly kind: "lut"; readonly layout: "nibble" | "byte"; readonly entries: number }
+  | {
+      readonly kind: "lut";
+      readonly layout: "nibble" | "byte";
+      readonly entries: number;
+      /**
+       * Byte planes looked up: 3 when every palette entry's low byte is 0 (true of fp16 values,
+       * whose fp32 form has 13 zero mantissa bits), else 4.
+       */
+      readonly planes: 3 | 4;
+    }
   | {
       readonly kind: "int8";
       readonly signed: boolean;
@@ -59,7 +68,7 @@ export type PackedFormat =
 
 /** Name of the kernel family of a format (exports are `${name}_mv`, `_dec`, `_mm`). */
 export function formatName(f: PackedFormat): string {
-  if (f.kind === "lut") return f.layout === "nibble" ? "lut_nib" : `lut_b${lutTables(f)}`;
+  if (f.kind === "lut") return `lut_${f.layout === "nibble" ? "nib" : `b${lutTables(f)}`}_p${f.planes}`;
   return `i8${f.signed ? "s" : "u"}${f.offset ? "_off" : ""}_${f.round.replace("-", "_")}`;
 }
 
@@ -83,9 +92,11 @@ export function lutTabStride(f: { entries: number; layout: "nibble" | "byte" }):
 
 /** Every format a kernel is generated for. */
 export const PACKED_FORMATS: readonly PackedFormat[] = [
-  { kind: "lut", layout: "nibble", entries: 16 },
-  { kind: "lut", layout: "byte", entries: 64 },
-  { kind: "lut", layout: "byte", entries: 256 },
+  ...([3, 4] as const).flatMap((planes) => [
+    { kind: "lut" as const, layout: "nibble" as const, entries: 16, planes },
+    { kind: "lut" as const, layout: "byte" as const, entries: 64, planes },
+  ]),
+  { kind: "lut", layout: "byte", entries: 256, planes: 4 },
   ...[true, false].flatMap((signed) =>
     [false, true].flatMap((offset) =>
       (["none", "f16", "f16-flush"] as const).map((round) => ({
@@ -305,18 +316,19 @@ function emitDecode16(
   for (let tb = 0; tb < tables; tb++) {
     const idx = tb === 0 ? ix : it;
     if (tb > 0) f.set(it, get(ix), op.v128Const(splat8(16 * tb)), op.i8x16Sub);
-    for (let p = 0; p < 4; p++) {
+    for (let p = 4 - fmt.planes; p < 4; p++) {
       const look = [...get(r.tab), ...op.v128Load(64 * tb + 16 * p), ...get(idx), ...op.i8x16Swizzle];
       if (tb === 0) f.set(q[p], look);
       else f.set(q[p], get(q[p]), look, op.v128Or);
     }
   }
   // bytes (b0, b1) and (b2, b3) of each value side by side, then whole values
-  f.set(a, get(q0), get(q1), op.i8x16Shuffle(LO8));
+  const plane0 = fmt.planes === 3 ? op.v128Zero : get(q0);
+  f.set(a, plane0, get(q1), op.i8x16Shuffle(LO8));
   f.set(b, get(q2), get(q3), op.i8x16Shuffle(LO8));
   f.set(W[0], get(a), get(b), op.i8x16Shuffle(LO16));
   f.set(W[1], get(a), get(b), op.i8x16Shuffle(HI16));
-  f.set(a, get(q0), get(q1), op.i8x16Shuffle(HI8));
+  f.set(a, plane0, get(q1), op.i8x16Shuffle(HI8));
   f.set(b, get(q2), get(q3), op.i8x16Shuffle(HI8));
   f.set(W[2], get(a), get(b), op.i8x16Shuffle(LO16));
   f.set(W[3], get(a), get(b), op.i8x16Shuffle(HI16));
@@ -384,8 +396,9 @@ function emitRoundF16(f: Fn, w: number, flush: boolean, t: readonly number[]): v
 }
 
 /**
- * The row loop shared by `_mv` (fused) and `_dec` (decode to scratch): rows two at a time, then
- * one; per row its palette / scale row; per scale block its scale; 16 values per step.
+ * The row loop shared by `_mv` (fused) and `_dec` (decode to scratch): one row at a time (one
+ * accumulator keeps enough values in flight; more rows per pass spill registers and measured
+ * slower), per row its palette / scale row, per scale block its scale, 16 values per step.
  */
 function rowKernel(name: string, fmt: PackedFormat, fused: boolean): FuncSpec {
   const f = new Fn(name, 8);
@@ -395,10 +408,9 @@ function rowKernel(name: string, fmt: PackedFormat, fused: boolean): FuncSpec {
   const blockEnd = f.i32();
   const bi = f.i32();
   const g = f.i32();
-  const xv = [f.v128(), f.v128(), f.v128(), f.v128()];
   const W = [f.v128(), f.v128(), f.v128(), f.v128()];
   const tmp = range(0, 8).map(() => f.v128());
-  const rows: RowLocals[] = [0, 1].map(() => ({
+  const L: RowLocals = {
     src: f.i32(),
     tab: f.i32(),
     off: f.i32(),
@@ -407,122 +419,68 @@ function rowKernel(name: string, fmt: PackedFormat, fused: boolean): FuncSpec {
     scale: f.v128(),
     scale64: f.v128(),
     offset64: f.v128(),
-  }));
+  };
   const step = chunkBytes(fmt);
-  const R2 = f.i32();
   f.set(n, get(P.n0));
-  const pass = (R: number) => {
-    for (let r = 0; r < R; r++) {
-      const L = rows[r];
-      f.set(
-        L.src,
-        get(n),
-        ...(r ? [op.i32Const(r), op.i32Add] : []),
-        get(d.rowBytes),
-        op.i32Mul,
-        get(d.src),
-        op.i32Add,
-      );
-      f.set(g, get(n), ...(r ? [op.i32Const(r), op.i32Add] : []), get(d.groupRows), op.i32DivU);
-      f.set(L.tab, get(g), get(d.tabStride), op.i32Mul, get(d.tab), op.i32Add);
-      if (fmt.kind === "int8" && fmt.offset)
-        f.set(L.off, get(g), get(d.blocks), op.i32Mul, op.i32Const(3), op.i32Shl, get(d.off), op.i32Add);
-      if (fused) f.set(L.acc, op.v128Zero);
-      else
-        f.set(
-          L.dst,
-          get(n),
-          ...(r ? [op.i32Const(r), op.i32Add] : []),
-          get(P.n0),
-          op.i32Sub,
-          get(d.kb),
-          op.i32Mul,
-          get(P.scratch),
-          op.i32Add,
-        );
-    }
+  f.whileLt(n, P.n1, () => {
+    f.set(L.src, get(n), get(d.rowBytes), op.i32Mul, get(d.src), op.i32Add);
+    f.set(g, get(n), get(d.groupRows), op.i32DivU);
+    f.set(L.tab, get(g), get(d.tabStride), op.i32Mul, get(d.tab), op.i32Add);
+    if (fmt.kind === "int8" && fmt.offset)
+      f.set(L.off, get(g), get(d.blocks), op.i32Mul, op.i32Const(3), op.i32Shl, get(d.off), op.i32Add);
+    if (fused) f.set(L.acc, op.v128Zero);
+    else f.set(L.dst, get(n), get(P.n0), op.i32Sub, get(d.kb), op.i32Mul, get(P.scratch), op.i32Add);
     f.set(kx, op.i32Const(0));
     f.set(bi, op.i32Const(0));
     f.whileLt(bi, d.blocks, () => {
       if (fmt.kind === "int8") {
-        for (let r = 0; r < R; r++) {
-          const L = rows[r];
-          f.set(
-            L.scale,
-            get(L.tab),
-            get(bi),
-            op.i32Const(2),
-            op.i32Shl,
-            op.i32Add,
-            op.f32Load(),
-            op.f32x4Splat,
-          );
-          if (fmt.offset) {
-            f.set(L.scale64, get(L.scale), op.f64x2PromoteLowF32x4);
-            f.set(
-              L.offset64,
-              get(L.off),
-              get(bi),
-              op.i32Const(3),
-              op.i32Shl,
-              op.i32Add,
-              op.v128Load64Splat(),
-            );
-          }
+        const scaleAt = [...get(L.tab), ...get(bi), ...op.i32Const(2), ...op.i32Shl, ...op.i32Add];
+        f.set(L.scale, scaleAt, op.f32Load(), op.f32x4Splat);
+        if (fmt.offset) {
+          f.set(L.scale64, get(L.scale), op.f64x2PromoteLowF32x4);
+          f.set(L.offset64, get(L.off), get(bi), op.i32Const(3), op.i32Shl, op.i32Add, op.v128Load64Splat());
         }
       }
       f.set(blockEnd, get(kx), get(d.blockBytes), op.i32Add);
       f.whileLt(kx, blockEnd, () => {
-        if (fused)
-          for (let j = 0; j < 4; j++) f.set(xv[j], get(P.x), get(kx), op.i32Add, op.v128Load(16 * j));
-        for (let r = 0; r < R; r++) {
-          const L = rows[r];
-          if (!fused && fmt.kind === "lut" && lutTables(fmt) === 16) {
-            // one value at a time, straight to the row
-            for (let i = 0; i < 16; i++) {
-              f.emit(get(L.dst), get(kx), op.i32Add);
-              f.emit(
-                get(L.tab),
-                get(L.src),
-                op.i32Load8U(i),
-                op.i32Const(2),
-                op.i32Shl,
-                op.i32Add,
-                op.f32Load(),
-              );
-              f.emit(op.f32Store(4 * i));
-            }
-            f.set(L.src, add(L.src, step));
-            continue;
+        if (!fused && fmt.kind === "lut" && lutTables(fmt) === 16) {
+          // one value at a time, straight to the row
+          for (let i = 0; i < 16; i++) {
+            f.emit(get(L.dst), get(kx), op.i32Add);
+            f.emit(
+              get(L.tab),
+              get(L.src),
+              op.i32Load8U(i),
+              op.i32Const(2),
+              op.i32Shl,
+              op.i32Add,
+              op.f32Load(),
+            );
+            f.emit(op.f32Store(4 * i));
           }
+        } else {
           emitDecode16(f, fmt, L, W, tmp);
           for (let j = 0; j < 4; j++) {
-            if (fused) f.set(L.acc, get(L.acc), get(xv[j]), get(W[j]), op.f32x4Mul, op.f32x4Add);
+            const xj = [...get(P.x), ...get(kx), ...op.i32Add, ...op.v128Load(16 * j)];
+            if (fused) f.set(L.acc, get(L.acc), xj, get(W[j]), op.f32x4Mul, op.f32x4Add);
             else f.emit(get(L.dst), get(kx), op.i32Add, get(W[j]), op.v128Store(16 * j));
           }
-          f.set(L.src, add(L.src, step));
         }
+        f.set(L.src, add(L.src, step));
         f.set(kx, add(kx, 64));
       });
       f.set(bi, add(bi, 1));
     });
     if (fused) {
-      for (let r = 0; r < R; r++) {
-        const a = rows[r].acc;
-        f.emit(get(P.out), get(n), op.i32Const(2), op.i32Shl, op.i32Add);
-        f.emit(get(a), op.f32x4ExtractLane(0), get(a), op.f32x4ExtractLane(1), op.f32Add);
-        f.emit(get(a), op.f32x4ExtractLane(2), get(a), op.f32x4ExtractLane(3), op.f32Add, op.f32Add);
-        f.emit(op.f32Store(4 * r));
-      }
+      // (l0 + l1) + (l2 + l3), as the dense kernel sums its accumulator
+      const a = L.acc;
+      f.emit(get(P.out), get(n), op.i32Const(2), op.i32Shl, op.i32Add);
+      f.emit(get(a), op.f32x4ExtractLane(0), get(a), op.f32x4ExtractLane(1), op.f32Add);
+      f.emit(get(a), op.f32x4ExtractLane(2), get(a), op.f32x4ExtractLane(3), op.f32Add, op.f32Add);
+      f.emit(op.f32Store());
     }
-    f.set(n, add(n, R));
-  };
-  // pairs while n + 2 <= n1, then the last row
-  f.set(R2, get(P.n1), op.i32Const(1), op.i32Sub);
-  f.whileLt(n, R2, () => pass(2));
-  f.emit(get(n), get(P.n1), op.i32LtU, op.if);
-  pass(1);
-  f.emit(op.end);
+    f.set(n, add(n, 1));
+  });
   return f.spec();
 }
 

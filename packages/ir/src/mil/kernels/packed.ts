@@ -53,10 +53,15 @@ export interface Int8Source {
   readonly round: "none" | "f16" | "f16-flush";
 }
 
-/** Index layout the kernels read for `bits`-bit indices. */
-function lutFormat(bits: number): PackedFormat & { kind: "lut" } {
-  if (bits <= 4) return { kind: "lut", layout: "nibble", entries: 16 };
-  return { kind: "lut", layout: "byte", entries: bits <= 6 ? 64 : 256 };
+/** Index layout and palette lookup the kernels use for `bits`-bit indices over `lut`. */
+function lutFormat(bits: number, lut: Float32Array): PackedFormat & { kind: "lut" } {
+  const bytes = new Uint8Array(lut.buffer, lut.byteOffset, lut.byteLength);
+  let lowBytesZero = true;
+  for (let i = 0; i < bytes.length && lowBytesZero; i += 4) lowBytesZero = bytes[i] === 0;
+  const planes = lowBytesZero ? 3 : 4;
+  if (bits <= 4) return { kind: "lut", layout: "nibble", entries: 16, planes };
+  if (bits <= 6) return { kind: "lut", layout: "byte", entries: 64, planes };
+  return { kind: "lut", layout: "byte", entries: 256, planes: 4 };
 }
 
 const align64 = (n: number) => Math.ceil(n / 64) * 64;
@@ -94,7 +99,7 @@ export class PackedWeight implements RowReader {
   static lut(s: LutSource): PackedWeight | undefined {
     const bits = SUB_BYTE_BITS[s.indexDType] ?? (s.indexDType === "uint8" ? 8 : undefined);
     if (bits === undefined) return undefined;
-    const fmt = lutFormat(bits);
+    const fmt = lutFormat(bits, s.lut);
     const { rows, cols } = s;
     const rowBytes = fmt.layout === "nibble" ? cols / 2 : cols;
     const stride = lutTabStride(fmt);
