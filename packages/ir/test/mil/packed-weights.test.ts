@@ -166,139 +166,143 @@ const MODES: [string, InterpreterOptions][] = [
   ["fp16 flushing subnormals", { precision: "fp16", flushSubnormals: true }],
 ];
 
-describe.skipIf(!simdHeap())("packed weights give the bits of the expanded weights", () => {
-  // N = 70: 68 rows through the SIMD kernels + 2 through the scalar tail; M = 3: the row-block path
-  for (const bits of [1, 2, 3, 4, 6, 8]) {
-    for (const use of ["linear", "conv", "matmul", "gather"] as const) {
-      it(`LUT${bits} through ${use}`, () => {
-        for (const [groupRows, dtype, M] of [
-          [2, "fp16", 1],
-          [70, "fp32", 3],
-        ] as const) {
-          const N = 70;
-          const K = 64;
-          const p = program(
-            use,
-            M,
-            (b) => lutWeight(b, { N, K, bits, groupRows, dtype, conv: use === "conv", seed: bits * 10 + M }),
-            N,
-            K,
-          );
-          for (const [, opts] of MODES) expectSameBits(p, inputs(use, M, N, K), opts);
-        }
-      });
-    }
-  }
-
-  for (const signed of [true, false]) {
-    for (const offset of [false, true]) {
-      it(`${signed ? "int8" : "uint8"}${offset ? " with offsets" : ""} through linear, conv, matmul and gather`, () => {
-        for (const use of ["linear", "conv", "matmul", "gather"] as const) {
-          for (const [blocks, groupRows, dtype, M] of [
-            [1, 1, "fp16", 1],
-            [4, 6, "fp16", 2],
-            [2, 3, "fp32", 1],
+describe.skipIf(!simdHeap())(
+  "packed weights give the bits of the expanded weights (needs WebAssembly SIMD)",
+  () => {
+    // N = 70: 68 rows through the SIMD kernels + 2 through the scalar tail; M = 3: the row-block path
+    for (const bits of [1, 2, 3, 4, 6, 8]) {
+      for (const use of ["linear", "conv", "matmul", "gather"] as const) {
+        it(`LUT${bits} through ${use}`, () => {
+          for (const [groupRows, dtype, M] of [
+            [2, "fp16", 1],
+            [70, "fp32", 3],
           ] as const) {
-            const N = 66;
+            const N = 70;
             const K = 64;
-            const spec = {
+            const p = program(
+              use,
+              M,
+              (b) =>
+                lutWeight(b, { N, K, bits, groupRows, dtype, conv: use === "conv", seed: bits * 10 + M }),
               N,
               K,
-              signed,
-              offset,
-              blocks,
-              groupRows,
-              dtype,
-              conv: use === "conv",
-              seed: blocks + M,
-            };
-            const p = program(use, M, (b) => int8Weight(b, spec), N, K);
+            );
             for (const [, opts] of MODES) expectSameBits(p, inputs(use, M, N, K), opts);
           }
-        }
-      });
+        });
+      }
     }
-  }
 
-  it("keeps supported weights packed and expands the layouts it has no kernel for", () => {
-    const packedOf = (p: Program) => {
-      const it = new MilInterpreter(p);
-      it.run(inputs("linear", 1, 64, p === undefined ? 0 : kOf(p)));
-      // the interpreter's constants after the first run
-      const env = (it as unknown as { constEnv: ({ packed?: unknown } | undefined)[] }).constEnv;
-      return env.some((v) => v?.packed !== undefined);
-    };
-    const lut = (groupAlongK: boolean, K: number) =>
-      program(
+    for (const signed of [true, false]) {
+      for (const offset of [false, true]) {
+        it(`${signed ? "int8" : "uint8"}${offset ? " with offsets" : ""} through linear, conv, matmul and gather`, () => {
+          for (const use of ["linear", "conv", "matmul", "gather"] as const) {
+            for (const [blocks, groupRows, dtype, M] of [
+              [1, 1, "fp16", 1],
+              [4, 6, "fp16", 2],
+              [2, 3, "fp32", 1],
+            ] as const) {
+              const N = 66;
+              const K = 64;
+              const spec = {
+                N,
+                K,
+                signed,
+                offset,
+                blocks,
+                groupRows,
+                dtype,
+                conv: use === "conv",
+                seed: blocks + M,
+              };
+              const p = program(use, M, (b) => int8Weight(b, spec), N, K);
+              for (const [, opts] of MODES) expectSameBits(p, inputs(use, M, N, K), opts);
+            }
+          }
+        });
+      }
+    }
+
+    it("keeps supported weights packed and expands the layouts it has no kernel for", () => {
+      const packedOf = (p: Program) => {
+        const it = new MilInterpreter(p);
+        it.run(inputs("linear", 1, 64, p === undefined ? 0 : kOf(p)));
+        // the interpreter's constants after the first run
+        const env = (it as unknown as { constEnv: ({ packed?: unknown } | undefined)[] }).constEnv;
+        return env.some((v) => v?.packed !== undefined);
+      };
+      const lut = (groupAlongK: boolean, K: number) =>
+        program(
+          "linear",
+          1,
+          (b) =>
+            b.constexprLutToDense({
+              indices: { data: new Uint8Array(64 * K), dtype: "uint4", shape: [64, K] },
+              lut: {
+                data: new Float32Array((groupAlongK ? 2 : 1) * 16),
+                dtype: "fp16",
+                shape: [1, groupAlongK ? 2 : 1, 16, 1],
+              },
+            }),
+          64,
+          K,
+        );
+      expect(packedOf(lut(false, 64))).toBe(true);
+      expect(packedOf(lut(true, 64))).toBe(false); // palettes grouped along the input channels
+      expect(packedOf(lut(false, 72))).toBe(false); // K not a multiple of 16
+      // and the dense fallback still computes the right thing
+      expectSameBits(lut(true, 64), inputs("linear", 1, 64, 64), {});
+    });
+
+    it("splits large packed products over the worker threads with the same bits", () => {
+      const N = 1028;
+      const K = 1024; // 1 Mi values: the threading threshold
+      const p = program(
         "linear",
         1,
-        (b) =>
-          b.constexprLutToDense({
-            indices: { data: new Uint8Array(64 * K), dtype: "uint4", shape: [64, K] },
-            lut: {
-              data: new Float32Array((groupAlongK ? 2 : 1) * 16),
-              dtype: "fp16",
-              shape: [1, groupAlongK ? 2 : 1, 16, 1],
-            },
-          }),
-        64,
+        (b) => lutWeight(b, { N, K, bits: 4, groupRows: 4, dtype: "fp16", seed: 5 }),
+        N,
         K,
       );
-    expect(packedOf(lut(false, 64))).toBe(true);
-    expect(packedOf(lut(true, 64))).toBe(false); // palettes grouped along the input channels
-    expect(packedOf(lut(false, 72))).toBe(false); // K not a multiple of 16
-    // and the dense fallback still computes the right thing
-    expectSameBits(lut(true, 64), inputs("linear", 1, 64, 64), {});
-  });
+      const h = simdHeap();
+      const before = h?.parallelRuns ?? 0;
+      expectSameBits(p, inputs("linear", 1, N, K), {});
+      if ((h?.threads ?? 1) > 1) expect(h?.parallelRuns).toBeGreaterThanOrEqual(before + 2);
+    });
 
-  it("splits large packed products over the worker threads with the same bits", () => {
-    const N = 1028;
-    const K = 1024; // 1 Mi values: the threading threshold
-    const p = program(
-      "linear",
-      1,
-      (b) => lutWeight(b, { N, K, bits: 4, groupRows: 4, dtype: "fp16", seed: 5 }),
-      N,
-      K,
-    );
-    const h = simdHeap();
-    const before = h?.parallelRuns ?? 0;
-    expectSameBits(p, inputs("linear", 1, N, K), {});
-    if ((h?.threads ?? 1) > 1) expect(h?.parallelRuns).toBeGreaterThanOrEqual(before + 2);
-  });
-
-  it("rounds int8 products to fp16 exactly as roundF16InPlace, for a spread of fp16 scales × every int8 value", () => {
-    // every 16th fp16 bit pattern as a scale (one row each, one block), every int8 value as data
-    const scales = Float32Array.from({ length: 4096 }, (_, i) => f16BitsToF32(i * 16 + (i % 16)));
-    const data = new Int8Array(4096 * 256).map((_, i) => (i % 256) - 128);
-    const bytes = new Uint8Array(data.buffer);
-    for (const round of ["f16", "f16-flush"] as const) {
-      const w = PackedWeight.int8({
-        rows: 4096,
-        cols: 256,
-        signed: true,
-        data: (into, off) => into.set(bytes.subarray(off, off + into.length)),
-        scale: scales,
-        rowBlocks: 4096,
-        blocks: 1,
-        round,
-      });
-      if (!w) throw new Error("no heap room");
-      const got = new Float32Array(4096 * 256);
-      w.readRows(0, 4096, got);
-      const want = Float32Array.from(data, (q, i) => scales[i >> 8] * q);
-      roundF16InPlace(want, round === "f16-flush");
-      const g = new Uint32Array(got.buffer);
-      const e = new Uint32Array(want.buffer);
-      let bad = 0;
-      for (let i = 0; i < g.length; i++) {
-        const nan = Number.isNaN(got[i]) && Number.isNaN(want[i]);
-        if (g[i] !== e[i] && !nan) bad++;
+    it("rounds int8 products to fp16 exactly as roundF16InPlace, for a spread of fp16 scales × every int8 value", () => {
+      // every 16th fp16 bit pattern as a scale (one row each, one block), every int8 value as data
+      const scales = Float32Array.from({ length: 4096 }, (_, i) => f16BitsToF32(i * 16 + (i % 16)));
+      const data = new Int8Array(4096 * 256).map((_, i) => (i % 256) - 128);
+      const bytes = new Uint8Array(data.buffer);
+      for (const round of ["f16", "f16-flush"] as const) {
+        const w = PackedWeight.int8({
+          rows: 4096,
+          cols: 256,
+          signed: true,
+          data: (into, off) => into.set(bytes.subarray(off, off + into.length)),
+          scale: scales,
+          rowBlocks: 4096,
+          blocks: 1,
+          round,
+        });
+        if (!w) throw new Error("no heap room");
+        const got = new Float32Array(4096 * 256);
+        w.readRows(0, 4096, got);
+        const want = Float32Array.from(data, (q, i) => scales[i >> 8] * q);
+        roundF16InPlace(want, round === "f16-flush");
+        const g = new Uint32Array(got.buffer);
+        const e = new Uint32Array(want.buffer);
+        let bad = 0;
+        for (let i = 0; i < g.length; i++) {
+          const nan = Number.isNaN(got[i]) && Number.isNaN(want[i]);
+          if (g[i] !== e[i] && !nan) bad++;
+        }
+        expect(bad).toBe(0);
       }
-      expect(bad).toBe(0);
-    }
-  });
-});
+    });
+  },
+);
 
 describe("large tables read by row", () => {
   it("reads only the rows asked for, and everything on demand", () => {

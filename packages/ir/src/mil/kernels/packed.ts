@@ -66,6 +66,33 @@ function lutFormat(bits: number, lut: Float32Array): PackedFormat & { kind: "lut
 
 const align64 = (n: number) => Math.ceil(n / 64) * 64;
 
+/**
+ * `count` packed `bits`-bit indices (LSB first) into the kernels' layout: bytes for 6 bits,
+ * nibbles (two a byte, low first) for 1–3 bits. The common widths have their own loops.
+ */
+function repack(dtype: MilDType, bits: number, raw: Uint8Array, dst: Uint8Array, count: number): void {
+  if (bits === 6) {
+    for (let i = 0, j = 0; j < count; i += 3, j += 4) {
+      const b0 = raw[i];
+      const b1 = raw[i + 1];
+      const b2 = raw[i + 2];
+      dst[j] = b0 & 63;
+      dst[j + 1] = (b0 >> 6) | ((b1 & 15) << 2);
+      dst[j + 2] = (b1 >> 4) | ((b2 & 3) << 4);
+      dst[j + 3] = b2 >> 2;
+    }
+  } else if (bits === 2) {
+    for (let i = 0, j = 0; j < count / 2; i++, j += 2) {
+      const b = raw[i];
+      dst[j] = (b & 3) | (((b >> 2) & 3) << 4);
+      dst[j + 1] = ((b >> 4) & 3) | ((b >> 6) << 4);
+    }
+  } else {
+    const v = unpackSubByte(dtype, raw, count);
+    for (let i = 0; i < count / 2; i++) dst[i] = v[2 * i] | (v[2 * i + 1] << 4);
+  }
+}
+
 /** A weight matrix [rows, cols] (row = output channel) in its compressed form, in a SIMD heap. */
 export class PackedWeight implements RowReader {
   private denseValues: Float32Array | undefined;
@@ -135,9 +162,7 @@ export class PackedWeight implements RowReader {
       }
       const raw = new Uint8Array(n * srcBytesPerRow);
       s.indices(raw, r * srcBytesPerRow);
-      const v = unpackSubByte(s.indexDType, raw, n * cols);
-      if (fmt.layout === "byte") dst.set(v);
-      else for (let i = 0; i < dst.length; i++) dst[i] = v[2 * i] | (v[2 * i + 1] << 4);
+      repack(s.indexDType, bits, raw, dst, n * cols);
     }
     w.writeDesc({
       src: off + srcAt,

@@ -336,8 +336,15 @@ function convPlan(a: OpArgs): ConvPlan {
   return { S, strides, dilations, padBefore, out, groups };
 }
 
+/** Plans by op (an op's constant inputs do not change between runs). */
+const convPlans = new WeakMap<OpArgs, ConvPlan>();
+
 function evalConv(a: OpArgs, outType: TensorType): RtTensor {
-  const p = convPlan(a);
+  let p = convPlans.get(a);
+  if (!p) {
+    p = convPlan(a);
+    convPlans.set(a, p);
+  }
   const x = a.value("x");
   const w = a.value("weight");
   const xd = x.data as Float32Array;
