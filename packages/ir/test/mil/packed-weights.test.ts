@@ -6,8 +6,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { f16BitsToF32, f32ToF16Bits, type Tensor, tensor } from "@anemll-qwen35/core";
 import { afterAll, describe, expect, it } from "vitest";
-import { f16BitsToF32, f32ToF16Bits } from "../../src/dtype.js";
 import { readMlPackage, writeMlPackage } from "../../src/mil/format/index.js";
 import {
   type InterpreterOptions,
@@ -22,7 +22,6 @@ import { PackedWeight } from "../../src/mil/kernels/packed.js";
 import { simdHeap } from "../../src/mil/kernels/simd.js";
 import type { ConstValue } from "../../src/mil/program.js";
 import { lazyConstToRt } from "../../src/mil/values.js";
-import { type Tensor, tensor } from "../../src/tensor.js";
 
 const dir = mkdtempSync(join(tmpdir(), "anemll-packed-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
