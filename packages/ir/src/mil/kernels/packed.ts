@@ -1,6 +1,6 @@
 /**
  * Compressed constant weights kept compressed: LUT indices (1–8 bits, re-packed to nibbles for
- * 1–4 bits and to bytes for 5–8) with their palettes, or int8/uint8 blocks with their scales,
+ * 1–4 bits and to bytes for 6 and 8) with their palettes, or int8/uint8 blocks with their scales,
  * stored in a SIMD heap and decoded by the kernels of packed-kernels.ts where they are used.
  * A weight costs its stored bytes (plus ~1% of palettes or scales) instead of 4 bytes a value.
  */
@@ -107,8 +107,6 @@ export class PackedWeight implements RowReader {
     readonly format: PackedFormat,
     readonly rows: number,
     readonly cols: number,
-    /** Heap bytes this weight holds. */
-    readonly bytes: number,
   ) {
     const name = formatName(format);
     this.mv = KERNEL_INDEX.get(`${name}_mv`) as number;
@@ -136,7 +134,7 @@ export class PackedWeight implements RowReader {
     const where = allocAnyHeap(total);
     if (!where) return undefined;
     const { heap, off } = where;
-    const w = new PackedWeight(heap, off, fmt, rows, cols, total);
+    const w = new PackedWeight(heap, off, fmt, rows, cols);
     // palettes: byte planes for swizzle lookups, or plain fp32 entries (7/8-bit indices)
     const entries = 2 ** bits;
     const tab = heap.bytesAt(off + tabAt, s.groups * stride);
@@ -194,7 +192,7 @@ export class PackedWeight implements RowReader {
     const where = allocAnyHeap(total);
     if (!where) return undefined;
     const { heap, off } = where;
-    const w = new PackedWeight(heap, off, fmt, rows, cols, total);
+    const w = new PackedWeight(heap, off, fmt, rows, cols);
     heap.view(off + scaleAt, nScales).set(s.scale);
     if (s.offset) new Float64Array(heap.memory.buffer, off + offAt, nScales).set(s.offset);
     const step = Math.max(1, Math.floor(CHUNK_BYTES / cols));

@@ -175,11 +175,6 @@ class WasmHeap {
     return (this.workers()?.size ?? 0) + 1;
   }
 
-  /** Bytes of memory this heap has taken from the system so far. */
-  get bytes(): number {
-    return this.memory.buffer.byteLength;
-  }
-
   constructor() {
     this.memory = new wasm.Memory({ initial: 1, maximum: 65536, shared: true });
     kernelBytes ??= assembleModule(KERNELS);
@@ -450,11 +445,6 @@ export function allocAnyHeap(bytes: number): { heap: WasmHeap; off: number } | u
   moreHeaps.push(h);
   const off = h.alloc(bytes);
   return off === undefined ? undefined : { heap: h, off };
-}
-
-/** Bytes the SIMD heaps have taken from the system (for memory reports). */
-export function simdHeapBytes(): number {
-  return (heap ? heap.bytes : 0) + moreHeaps.reduce((s, h) => s + h.bytes, 0);
 }
 
 export type { WasmHeap };
