@@ -54,6 +54,7 @@ class FixtureSpec:
     moe_intermediate: int = 0
     shared_intermediate: int = 0
     generation_config: bool = True  # some real repos ship none (e.g. 4B)
+    hidden: int = HIDDEN  # hidden_size (the trained fixture is wider)
 
     @property
     def moe(self) -> bool:
@@ -95,7 +96,7 @@ def text_config(spec: FixtureSpec, vocab_size: int, eos_id: int) -> dict:
         "full_attention_interval": FULL_ATTENTION_INTERVAL,
         "head_dim": HEAD_DIM,
         "hidden_act": "silu",
-        "hidden_size": HIDDEN,
+        "hidden_size": spec.hidden,
         "initializer_range": 0.02,
     }
     if not spec.moe:
@@ -153,7 +154,7 @@ def text_config(spec: FixtureSpec, vocab_size: int, eos_id: int) -> dict:
 VISION = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "patch_size": 2, "merge": 2}
 
 
-def vision_config() -> dict:
+def vision_config(hidden: int) -> dict:
     return {
         "deepstack_visual_indexes": [],
         "depth": VISION["depth"],
@@ -165,7 +166,7 @@ def vision_config() -> dict:
         "model_type": "qwen3_5_vision",
         "num_heads": VISION["num_heads"],
         "num_position_embeddings": 16,
-        "out_hidden_size": HIDDEN,
+        "out_hidden_size": hidden,
         "patch_size": VISION["patch_size"],
         "spatial_merge_size": VISION["merge"],
         "temporal_patch_size": 2,
@@ -182,7 +183,7 @@ def wrapper_config(spec: FixtureSpec, vocab_size: int, token_ids: dict[str, int]
         "tie_word_embeddings": spec.tied,
         "transformers_version": "5.24.0",
         "video_token_id": token_ids["<|video_pad|>"],
-        "vision_config": vision_config(),
+        "vision_config": vision_config(spec.hidden),
         "vision_end_token_id": token_ids["<|vision_end|>"],
         "vision_start_token_id": token_ids["<|vision_start|>"],
     }
@@ -222,22 +223,23 @@ class WeightDrawer:
 def draw_language_model(spec: FixtureSpec, vocab: int, seed: int, scales: Scales) -> dict[str, tuple[np.ndarray, str]]:
     """All text-model tensors: name -> (float32 array, stored dtype "bf16" | "f32")."""
     w = WeightDrawer(seed, scales)
+    D = spec.hidden
     out: dict[str, tuple[np.ndarray, str]] = {}
     p = "model.language_model."
-    out[p + "embed_tokens.weight"] = (w.normal((vocab, HIDDEN), scales.embed), "bf16")
+    out[p + "embed_tokens.weight"] = (w.normal((vocab, D), scales.embed), "bf16")
 
     hk, hv, dk = spec.linear_k_heads, spec.linear_v_heads, LINEAR_HEAD_DIM
     key_dim, value_dim = hk * dk, hv * dk
     conv_dim = 2 * key_dim + value_dim
     for i, kind in enumerate(layer_types()):
         lp = f"{p}layers.{i}."
-        out[lp + "input_layernorm.weight"] = (w.zero_centred_norm(HIDDEN), "bf16")
+        out[lp + "input_layernorm.weight"] = (w.zero_centred_norm(D), "bf16")
         if kind == "linear_attention":
             a = lp + "linear_attn."
-            out[a + "in_proj_qkv.weight"] = (w.linear(conv_dim, HIDDEN), "bf16")
-            out[a + "in_proj_z.weight"] = (w.linear(value_dim, HIDDEN), "bf16")
-            out[a + "in_proj_b.weight"] = (w.linear(hv, HIDDEN), "bf16")
-            out[a + "in_proj_a.weight"] = (w.linear(hv, HIDDEN), "bf16")
+            out[a + "in_proj_qkv.weight"] = (w.linear(conv_dim, D), "bf16")
+            out[a + "in_proj_z.weight"] = (w.linear(value_dim, D), "bf16")
+            out[a + "in_proj_b.weight"] = (w.linear(hv, D), "bf16")
+            out[a + "in_proj_a.weight"] = (w.linear(hv, D), "bf16")
             # Depthwise causal conv, PyTorch layout [C, 1, K]; kaiming-like scale for fan_in K.
             out[a + "conv1d.weight"] = (w.normal((conv_dim, 1, CONV_KERNEL), 1.0 / math.sqrt(CONV_KERNEL)), "bf16")
             # dt_bias = softplus^-1(dt) with dt log-uniform in [1e-3, 1e-1] (Mamba-style init).
@@ -247,39 +249,39 @@ def draw_language_model(spec: FixtureSpec, vocab: int, seed: int, scales: Scales
             out[a + "A_log"] = (np.log(w.rng.uniform(1.0, 16.0, hv)).astype(np.float32), "f32")
             # Gated RMSNorm weight is used as-is (no 1 + w), drawn around 1; stored F32.
             out[a + "norm.weight"] = (w.normal((dk,), scales.gated_norm, mean=1.0), "f32")
-            out[a + "out_proj.weight"] = (w.linear(HIDDEN, value_dim), "bf16")
+            out[a + "out_proj.weight"] = (w.linear(D, value_dim), "bf16")
         else:
             s = lp + "self_attn."
             # q_proj rows are per-head [query_h (256) | gate_h (256)] blocks.
-            out[s + "q_proj.weight"] = (w.linear(2 * NUM_HEADS * HEAD_DIM, HIDDEN), "bf16")
-            out[s + "k_proj.weight"] = (w.linear(NUM_KV_HEADS * HEAD_DIM, HIDDEN), "bf16")
-            out[s + "v_proj.weight"] = (w.linear(NUM_KV_HEADS * HEAD_DIM, HIDDEN), "bf16")
-            out[s + "o_proj.weight"] = (w.linear(HIDDEN, NUM_HEADS * HEAD_DIM), "bf16")
+            out[s + "q_proj.weight"] = (w.linear(2 * NUM_HEADS * HEAD_DIM, D), "bf16")
+            out[s + "k_proj.weight"] = (w.linear(NUM_KV_HEADS * HEAD_DIM, D), "bf16")
+            out[s + "v_proj.weight"] = (w.linear(NUM_KV_HEADS * HEAD_DIM, D), "bf16")
+            out[s + "o_proj.weight"] = (w.linear(D, NUM_HEADS * HEAD_DIM), "bf16")
             out[s + "q_norm.weight"] = (w.zero_centred_norm(HEAD_DIM), "bf16")
             out[s + "k_norm.weight"] = (w.zero_centred_norm(HEAD_DIM), "bf16")
-        out[lp + "post_attention_layernorm.weight"] = (w.zero_centred_norm(HIDDEN), "bf16")
+        out[lp + "post_attention_layernorm.weight"] = (w.zero_centred_norm(D), "bf16")
         m = lp + "mlp."
         if spec.moe:
             e, f, fs = spec.num_experts, spec.moe_intermediate, spec.shared_intermediate
-            out[m + "gate.weight"] = (w.normal((e, HIDDEN), scales.router), "bf16")
+            out[m + "gate.weight"] = (w.normal((e, D), scales.router), "bf16")
             # Fused 3-D experts without ".weight": gate rows 0..F-1, up rows F..2F-1.
-            out[m + "experts.gate_up_proj"] = (w.normal((e, 2 * f, HIDDEN), scales.proj_gain / math.sqrt(HIDDEN)), "bf16")
-            out[m + "experts.down_proj"] = (w.normal((e, HIDDEN, f), scales.proj_gain / math.sqrt(f)), "bf16")
-            out[m + "shared_expert.gate_proj.weight"] = (w.linear(fs, HIDDEN), "bf16")
-            out[m + "shared_expert.up_proj.weight"] = (w.linear(fs, HIDDEN), "bf16")
-            out[m + "shared_expert.down_proj.weight"] = (w.linear(HIDDEN, fs), "bf16")
-            out[m + "shared_expert_gate.weight"] = (w.linear(1, HIDDEN), "bf16")
+            out[m + "experts.gate_up_proj"] = (w.normal((e, 2 * f, D), scales.proj_gain / math.sqrt(D)), "bf16")
+            out[m + "experts.down_proj"] = (w.normal((e, D, f), scales.proj_gain / math.sqrt(f)), "bf16")
+            out[m + "shared_expert.gate_proj.weight"] = (w.linear(fs, D), "bf16")
+            out[m + "shared_expert.up_proj.weight"] = (w.linear(fs, D), "bf16")
+            out[m + "shared_expert.down_proj.weight"] = (w.linear(D, fs), "bf16")
+            out[m + "shared_expert_gate.weight"] = (w.linear(1, D), "bf16")
         else:
-            out[m + "gate_proj.weight"] = (w.linear(spec.intermediate, HIDDEN), "bf16")
-            out[m + "up_proj.weight"] = (w.linear(spec.intermediate, HIDDEN), "bf16")
-            out[m + "down_proj.weight"] = (w.linear(HIDDEN, spec.intermediate), "bf16")
-    out[p + "norm.weight"] = (w.zero_centred_norm(HIDDEN), "bf16")
+            out[m + "gate_proj.weight"] = (w.linear(spec.intermediate, D), "bf16")
+            out[m + "up_proj.weight"] = (w.linear(spec.intermediate, D), "bf16")
+            out[m + "down_proj.weight"] = (w.linear(D, spec.intermediate), "bf16")
+    out[p + "norm.weight"] = (w.zero_centred_norm(D), "bf16")
     if not spec.tied:
-        out["lm_head.weight"] = (w.normal((vocab, HIDDEN), scales.lm_head), "bf16")
+        out["lm_head.weight"] = (w.normal((vocab, D), scales.lm_head), "bf16")
     return out
 
 
-def draw_extras(seed: int) -> dict[str, tuple[np.ndarray, str]]:
+def draw_extras(seed: int, hidden: int = HIDDEN) -> dict[str, tuple[np.ndarray, str]]:
     """Tiny vision-tower and MTP tensors (consistent with vision_config) that loaders must drop."""
     w = WeightDrawer(seed + 7919, Scales())
     vh, vi, pm = VISION["hidden_size"], VISION["intermediate_size"], VISION["patch_size"]
@@ -307,14 +309,14 @@ def draw_extras(seed: int) -> dict[str, tuple[np.ndarray, str]]:
     out[v + "merger.norm.bias"] = (w.normal((vh,), 0.1), "bf16")
     out[v + "merger.linear_fc1.weight"] = (w.linear(merged, merged), "bf16")
     out[v + "merger.linear_fc1.bias"] = (w.normal((merged,), 0.1), "bf16")
-    out[v + "merger.linear_fc2.weight"] = (w.linear(HIDDEN, merged), "bf16")
-    out[v + "merger.linear_fc2.bias"] = (w.normal((HIDDEN,), 0.1), "bf16")
+    out[v + "merger.linear_fc2.weight"] = (w.linear(hidden, merged), "bf16")
+    out[v + "merger.linear_fc2.bias"] = (w.normal((hidden,), 0.1), "bf16")
     # A few small MTP-head tensors. The real head also has mtp.fc.weight [D, 2D] and a full decoder
     # layer under mtp.layers.0; they are left out to keep the fixtures small.
     for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
-        out[f"mtp.{n}.weight"] = (w.zero_centred_norm(HIDDEN), "bf16")
-    out["mtp.layers.0.input_layernorm.weight"] = (w.zero_centred_norm(HIDDEN), "bf16")
-    out["mtp.layers.0.post_attention_layernorm.weight"] = (w.zero_centred_norm(HIDDEN), "bf16")
+        out[f"mtp.{n}.weight"] = (w.zero_centred_norm(hidden), "bf16")
+    out["mtp.layers.0.input_layernorm.weight"] = (w.zero_centred_norm(hidden), "bf16")
+    out["mtp.layers.0.post_attention_layernorm.weight"] = (w.zero_centred_norm(hidden), "bf16")
     return out
 
 

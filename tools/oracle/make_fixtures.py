@@ -141,7 +141,7 @@ def build_checkpoint(spec: ck.FixtureSpec, seed: int, scales: ck.Scales, out: Pa
     for f in TOKENIZER_FILES:
         shutil.copyfile(TOKENIZER_DIR / f, out / f)
     tensors = ck.draw_language_model(spec, vocab, seed, scales)
-    tensors.update(ck.draw_extras(seed))
+    tensors.update(ck.draw_extras(seed, spec.hidden))
     return ck.write_sharded(tensors, out)
 
 
@@ -173,7 +173,18 @@ def _make_fixture(spec: ck.FixtureSpec, tok, scales: ck.Scales, build: Path) -> 
     else:
         raise SystemExit(f"make_fixtures: no suitable seed for {spec.name} in {MAX_SEEDS} tries")
     log(f"  {spec.name} seed {seed}: accepted, generated {hf.generated}")
+    header = {"seed": seed, "weight_scales": asdict(scales)}
+    golden = write_goldens(build, spec, DESCRIPTIONS[spec.name], header, tok, (prompt_text, prompt_ids, chat, messages), hf)
+    install(build, spec.name)
+    return golden
 
+
+def write_goldens(
+    build: Path, spec: ck.FixtureSpec, description: str, header: dict, tok, prompt: tuple, hf: oracle_hf.HfRun
+) -> dict:
+    """Run the MLX oracle on the checkpoint in `build`, assert that it agrees with the HF run, and
+    write golden.safetensors and golden.json there (`header` goes after the description)."""
+    prompt_text, prompt_ids, chat, messages = prompt
     mlx = oracle_mlx.run(build, prompt_ids, N_DECODE)
     d_prompt = float(np.max(np.abs(hf.prompt_logits - mlx.prompt_logits)))
     d_decode = float(np.max(np.abs(hf.decode_logits - mlx.decode_logits)))
@@ -200,9 +211,8 @@ def _make_fixture(spec: ck.FixtureSpec, tok, scales: ck.Scales, build: Path) -> 
     r6 = lambda x: round(float(x), 6)  # noqa: E731
     golden = {
         "fixture": spec.name,
-        "description": DESCRIPTIONS[spec.name],
-        "seed": seed,
-        "weight_scales": asdict(scales),
+        "description": description,
+        **header,
         "prompt": {"text": prompt_text, "chat_template": chat, "messages": messages, "ids": prompt_ids},
         "generated_ids": hf.generated,
         "generated_text": tok.decode(hf.generated),
@@ -242,9 +252,13 @@ def _make_fixture(spec: ck.FixtureSpec, tok, scales: ck.Scales, build: Path) -> 
     write_json(build / "golden.json", golden)
     for f in build.iterdir():  # safetensors and copies do not go through write_atomic
         f.chmod(0o644)
+    return golden
 
-    final = FIXTURES / spec.name
-    old = FIXTURES / f".old-{spec.name}"
+
+def install(build: Path, name: str) -> None:
+    """Replace fixtures/<name> with the finished `build` folder (rename; the old one is removed)."""
+    final = FIXTURES / name
+    old = FIXTURES / f".old-{name}"
     if old.exists():
         shutil.rmtree(old)
     if final.exists():
@@ -252,7 +266,6 @@ def _make_fixture(spec: ck.FixtureSpec, tok, scales: ck.Scales, build: Path) -> 
     build.rename(final)
     if old.exists():
         shutil.rmtree(old)
-    return golden
 
 
 def main() -> None:

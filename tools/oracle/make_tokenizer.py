@@ -95,8 +95,8 @@ def qwen35_pipeline(tok: Tokenizer) -> None:
     tok.decoder = decoders.ByteLevel()
 
 
-def train_bpe(corpus: Path) -> Tokenizer:
-    """Train a byte-level BPE with exactly BPE_SIZE ids on the corpus (deterministic)."""
+def train_bpe(corpus: Path, size: int = BPE_SIZE) -> Tokenizer:
+    """Train a byte-level BPE with exactly `size` ids on the corpus (deterministic)."""
     tok = Tokenizer(
         models.BPE(
             unk_token=None,
@@ -108,7 +108,7 @@ def train_bpe(corpus: Path) -> Tokenizer:
     )
     qwen35_pipeline(tok)
     trainer = BpeTrainer(
-        vocab_size=BPE_SIZE,
+        vocab_size=size,
         min_frequency=0,
         show_progress=False,
         special_tokens=[],
@@ -117,13 +117,14 @@ def train_bpe(corpus: Path) -> Tokenizer:
     )
     tok.train([str(corpus)], trainer)
     got = tok.get_vocab_size(with_added_tokens=False)
-    if got != BPE_SIZE:
-        sys.exit(f"make_tokenizer: BPE training gave {got} ids, expected {BPE_SIZE}; enlarge corpus.txt")
+    if got != size:
+        sys.exit(f"make_tokenizer: BPE training gave {got} ids, expected {size}; enlarge {corpus.name}")
     return tok
 
 
 def add_special_tokens(tok: Tokenizer) -> None:
-    """Append the 33 Qwen3.5 tokens, one at a time so that ids follow the official order."""
+    """Append the 33 Qwen3.5 tokens after the BPE ids, one at a time so that ids follow the official order."""
+    base = tok.get_vocab_size(with_added_tokens=False)
     for i, (content, special) in enumerate(SPECIAL_TOKENS):
         token = AddedToken(content, single_word=False, lstrip=False, rstrip=False, normalized=False, special=special)
         if special:
@@ -131,15 +132,16 @@ def add_special_tokens(tok: Tokenizer) -> None:
         else:
             tok.add_tokens([token])
         got = tok.token_to_id(content)
-        if got != BPE_SIZE + i:
-            sys.exit(f"make_tokenizer: {content} got id {got}, expected {BPE_SIZE + i}")
+        if got != base + i:
+            sys.exit(f"make_tokenizer: {content} got id {got}, expected {base + i}")
 
 
 def tokenizer_config(tok: Tokenizer) -> dict:
     """tokenizer_config.json: eos <|im_end|>, pad <|endoftext|>, no bos, no unk."""
+    base = tok.get_vocab_size(with_added_tokens=False)
     decoder = {}
     for i, (content, special) in enumerate(SPECIAL_TOKENS):
-        decoder[str(BPE_SIZE + i)] = {
+        decoder[str(base + i)] = {
             "content": content,
             "lstrip": False,
             "normalized": False,
@@ -301,7 +303,7 @@ def render_chat_cases(out_dir: Path) -> list[dict]:
     return cases
 
 
-def check_transformers_agrees(out_dir: Path, probes: list[dict]) -> None:
+def check_transformers_agrees(out_dir: Path, probes: list[dict], bpe_size: int = BPE_SIZE) -> None:
     """transformers builds Qwen3_5Tokenizer from vocab/merges with its own pipeline; it must
     encode exactly like tokenizer.json, and report the eos/pad/bos we configured."""
     from transformers import AutoTokenizer
@@ -313,7 +315,7 @@ def check_transformers_agrees(out_dir: Path, probes: list[dict]) -> None:
             sys.exit(f"make_tokenizer: transformers encodes {p['text']!r} as {got}, tokenizer.json as {p['ids']}")
     if (hf.eos_token, hf.pad_token, hf.bos_token) != ("<|im_end|>", "<|endoftext|>", None):
         sys.exit(f"make_tokenizer: transformers sees eos/pad/bos {hf.eos_token}/{hf.pad_token}/{hf.bos_token}")
-    if len(hf) != BPE_SIZE + len(SPECIAL_TOKENS):
+    if len(hf) != bpe_size + len(SPECIAL_TOKENS):
         sys.exit(f"make_tokenizer: transformers sees {len(hf)} ids")
 
 

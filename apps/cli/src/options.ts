@@ -1,7 +1,8 @@
 /** Parsers for option values shared by several commands; each throws a UsageError naming the option. */
 
-import { parseWeightQuant, type WeightQuant } from "@anemll-qwen35/converter";
+import { formatWeightQuant, parseWeightQuant, type WeightQuant } from "@anemll-qwen35/converter";
 import { AnemllError } from "@anemll-qwen35/core";
+import { Option } from "commander";
 
 export class UsageError extends AnemllError {
   constructor(message: string) {
@@ -47,6 +48,12 @@ export function weightQuant(option: string) {
       throw new UsageError(`${option}: ${(err as Error).message}`);
     }
   };
+}
+
+/** A weight-encoding option whose help shows its default the way a user writes it ("lut4"). */
+export function weightQuantOption(flags: string, description: string, dflt: WeightQuant): Option {
+  const option = flags.split(" ")[0];
+  return new Option(flags, description).argParser(weightQuant(option)).default(dflt, formatWeightQuant(dflt));
 }
 
 /** `all` or a positive integer. */

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { loadGolden } from "@anemll-qwen35/ir/checkpoint";
@@ -126,13 +126,30 @@ describe("convert → run → verify → inspect", () => {
 });
 
 describe("demo", () => {
-  it("converts the bundled model, runs a prompt and reports tok/s", async () => {
-    const r = await cli("--json", "demo", "--max-tokens", "4");
+  const TRAINED = resolve(__dirname, "../../../fixtures/tiny-trained");
+  /** Every word of the bundled model's training text (the KJV without Ruth), lower case. */
+  const corpus = new Set(readFileSync(join(TRAINED, "words.txt"), "utf8").split("\n").filter(Boolean));
+  const words = (text: string) => text.toLowerCase().match(/[a-z]+/g) ?? [];
+  /** Share of the text's words found in the corpus (0 for a text without words). */
+  const corpusShare = (text: string) =>
+    words(text).filter((w) => corpus.has(w)).length / Math.max(1, words(text).length);
+
+  it("converts the bundled trained model, continues the prompt in the corpus's words and reports tok/s", async () => {
+    const r = await cli("--json", "demo", "--max-tokens", "32");
     expect(r.code, r.stderr).toBe(0);
     const doc = JSON.parse(r.stdout);
-    expect(doc.stats.generatedTokens).toBe(4);
+    expect(doc.stats.generatedTokens).toBe(32);
     expect(doc.stats.decodeTokensPerSecond).toBeGreaterThan(0);
-  });
+    expect(words(doc.text).length).toBeGreaterThanOrEqual(15);
+    expect(corpusShare(doc.text), doc.text).toBeGreaterThanOrEqual(0.9);
+  }, 120_000);
+
+  it("the corpus-word check fails on the noise of the random-weight fixture", async () => {
+    const r = await cli("--json", "demo", "--model", FIXTURE, "--max-tokens", "32");
+    expect(r.code, r.stderr).toBe(0);
+    const doc = JSON.parse(r.stdout);
+    expect(corpusShare(doc.text), doc.text).toBeLessThan(0.5);
+  }, 120_000);
 });
 
 describe("run --backend mlx", () => {

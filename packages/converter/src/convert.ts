@@ -37,6 +37,10 @@ export const CONVERTER_VERSION = "0.1.0";
 export const MIN_CTX = 128;
 export const MAX_CTX = 4096;
 export const DEFAULT_CTX = 256;
+/** Default super-block encoding (chosen on learned weights: notes/quantization.md). */
+export const DEFAULT_BODY_QUANT: WeightQuant = { kind: "lut", bits: 4 };
+/** Default lm_head encoding (chosen on learned weights: notes/quantization.md). */
+export const DEFAULT_LM_HEAD_QUANT: WeightQuant = { kind: "lut", bits: 6 };
 
 export interface ConvertOptions {
   /** Local checkpoint folder or `hf:owner/name[@revision]`. */
@@ -53,13 +57,13 @@ export interface ConvertOptions {
   state?: KvPlacement;
   /** "fp16" (default, the ANE program) or "fp32" (same graph in fp32, for exact parity checks). */
   dtype?: GraphDType;
-  /** Super-block weights (default LUT4). */
+  /** Super-block weights (default DEFAULT_BODY_QUANT). */
   body?: WeightQuant;
-  /** lm_head weights (default LUT6). */
+  /** lm_head weights (default DEFAULT_LM_HEAD_QUANT). */
   lmHead?: WeightQuant;
   /** Embedding table (default none). */
   embed?: WeightQuant;
-  /** Output channels per LUT (default 8). */
+  /** Output channels per LUT (default DEFAULT_LUT_GROUP_SIZE). */
   groupSize?: number;
   /** lm_head emits per-piece top-1 instead of logits. */
   argmax?: boolean;
@@ -148,8 +152,8 @@ function resolveOptions(o: ConvertOptions): ResolvedConvert {
     budgetBytes,
     state: o.state ?? "io",
     dtype: o.dtype ?? "fp16",
-    body: o.body ?? { kind: "lut", bits: 4 },
-    lmHead: o.lmHead ?? { kind: "lut", bits: 6 },
+    body: o.body ?? DEFAULT_BODY_QUANT,
+    lmHead: o.lmHead ?? DEFAULT_LM_HEAD_QUANT,
     embed: o.embed ?? { kind: "none" },
     groupSize,
     argmax: o.argmax ?? false,

@@ -9,8 +9,10 @@ import { fileURLToPath } from "node:url";
 import { type MxArray, mx } from "../src/index.js";
 
 export const REPO_ROOT = resolve(fileURLToPath(new URL("../../..", import.meta.url)));
-export const FIXTURES = ["tiny-tied", "tiny-gqa", "tiny-moe"] as const;
+export const FIXTURES = ["tiny-tied", "tiny-gqa", "tiny-moe", "tiny-trained"] as const;
 export type FixtureName = (typeof FIXTURES)[number];
+/** The fixtures without an lm_head.weight (the head is the embedding). */
+export const TIED: readonly FixtureName[] = ["tiny-tied", "tiny-trained"];
 
 export const fixtureDir = (name: FixtureName): string => join(REPO_ROOT, "fixtures", name);
 

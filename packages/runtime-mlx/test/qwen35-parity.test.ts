@@ -7,7 +7,16 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import { loadMlxModel, type MlxQwen35, type MxArray, mx } from "../src/index.js";
 import { KvCache } from "../src/qwen35/cache.js";
 import { forward } from "../src/qwen35/model.js";
-import { argmax, FIXTURES, fixtureDir, type Golden, logitsOf, maxAbsDiff, readGolden } from "./fixtures.js";
+import {
+  argmax,
+  FIXTURES,
+  fixtureDir,
+  type Golden,
+  logitsOf,
+  maxAbsDiff,
+  readGolden,
+  TIED,
+} from "./fixtures.js";
 import { describeMlx } from "./helpers.js";
 
 const TOL = 1e-3;
@@ -29,7 +38,7 @@ for (const name of FIXTURES) {
       expect(model.format).toBe("hf");
       expect(model.dtype).toBe("float32");
       expect(model.quantization).toBeUndefined();
-      expect(model.weights.tied).toBe(name === "tiny-tied");
+      expect(model.weights.tied).toBe(TIED.includes(name));
     });
 
     it("prompt logits match HF and mlx-lm at every position", async () => {

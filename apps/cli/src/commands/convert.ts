@@ -1,8 +1,17 @@
 import { createWriteStream } from "node:fs";
-import { convert, DEFAULT_CTX, MAX_CTX, MIN_CTX } from "@anemll-qwen35/converter";
+import {
+  convert,
+  DEFAULT_BODY_QUANT,
+  DEFAULT_CTX,
+  DEFAULT_LM_HEAD_QUANT,
+  DEFAULT_LUT_GROUP_SIZE,
+  MAX_CTX,
+  MIN_CTX,
+  NO_QUANT,
+} from "@anemll-qwen35/converter";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
-import { bytes, choice, fuse, int, weightQuant } from "../options.js";
+import { bytes, choice, fuse, int, weightQuantOption } from "../options.js";
 import { progressBar } from "../progress.js";
 
 export function registerConvert(program: Command, ctx: Context): void {
@@ -28,25 +37,22 @@ export function registerConvert(program: Command, ctx: Context): void {
       choice("--dtype", ["fp16", "fp32"] as const),
       "fp16",
     )
-    .option(
-      "--lut <bits>",
-      "super-block weights: 2|4|6|8[,group|,per-tensor], int8[,block] or none",
-      weightQuant("--lut"),
-      weightQuant("--lut")("4"),
+    .addOption(
+      weightQuantOption(
+        "--lut <bits>",
+        "super-block weights: 2|4|6|8[,group|,per-tensor], int8[,block] or none",
+        DEFAULT_BODY_QUANT,
+      ),
     )
-    .option(
-      "--lmhead-lut <bits>",
-      "lm_head weights: 4|6|8, int8 or none",
-      weightQuant("--lmhead-lut"),
-      weightQuant("--lmhead-lut")("6"),
+    .addOption(
+      weightQuantOption(
+        "--lmhead-lut <bits>",
+        "lm_head weights: 4|6|8[,group|,per-tensor], int8[,block] or none",
+        DEFAULT_LM_HEAD_QUANT,
+      ),
     )
-    .option(
-      "--embed-lut <bits>",
-      "embedding weights: 4|6|8, int8 or none",
-      weightQuant("--embed-lut"),
-      weightQuant("--embed-lut")("none"),
-    )
-    .option("--group-size <n>", "output channels per LUT", int("--group-size", 1), 8)
+    .addOption(weightQuantOption("--embed-lut <bits>", "embedding weights: 4|6|8, int8 or none", NO_QUANT))
+    .option("--group-size <n>", "output channels per LUT", int("--group-size", 1), DEFAULT_LUT_GROUP_SIZE)
     .option("--argmax", "lm_head returns per-piece top-1 instead of logits")
     .option(
       "--lmhead-rows <n>",

@@ -13,7 +13,7 @@ import { Qwen35Checkpoint, qwen35Parameters } from "../../src/checkpoint/index.j
 const FIXTURES = fileURLToPath(new URL("../../../../fixtures/", import.meta.url));
 
 describe("fixture checkpoints", () => {
-  for (const name of ["tiny-tied", "tiny-gqa", "tiny-moe"]) {
+  for (const name of ["tiny-tied", "tiny-gqa", "tiny-moe", "tiny-trained"]) {
     const dir = join(FIXTURES, name);
     it(`${name}: all tensors present with the config's shapes`, async (ctx) => {
       ctx.skip(!existsSync(join(dir, "config.json")), `fixtures not generated yet (${dir})`);
@@ -32,7 +32,7 @@ describe("fixture checkpoints", () => {
         expect(t.data.length, canonical).toBe(numel(shape));
         if (/linear_attn\.(A_log|norm\.weight)$/.test(canonical)) expect(t.dtype, canonical).toBe("f32");
       }
-      if (name === "tiny-tied") expect(ck.tiedEmbeddings).toBe(true);
+      if (name === "tiny-tied" || name === "tiny-trained") expect(ck.tiedEmbeddings).toBe(true);
       if (name === "tiny-moe") expect(ck.config.moe).toBeDefined();
     });
   }

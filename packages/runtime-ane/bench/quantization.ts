@@ -1,0 +1,302 @@
+/**
+ * Weight quantization judged on learned weights. fixtures/tiny-trained (a 7.2M-parameter Qwen3.5
+ * trained on the King James Bible by tools/oracle/train_tiny.py) is converted once per entry of
+ * ENCODINGS and run on the reference backend in fp16 mode (every fp16 result rounded, subnormals
+ * flushed, as the ANE does), teacher-forced over the first 512 positions of the held-out Book of
+ * Ruth (never trained on) and compared with Hugging Face fp32 logits for the same tokens:
+ *   - top-1: share of positions whose arg-max equals HF's;
+ *   - top-5: mean |top5(q) ∩ top5(HF)| / 5;
+ *   - KL: mean KL(HF ‖ q) of the next-token distributions, in nats;
+ *   - ppl: perplexity of the held-out text under the quantized model (HF fp32's is printed too);
+ *   - loops: share of free greedy generations (PROMPTS held-out verse openings, GEN_TOKENS each)
+ *     that end in a repetition loop (the last LOOP_SPAN tokens repeat with a period ≤ LOOP_PERIOD).
+ * A new configuration is one more entry in ENCODINGS. The HF logits come with the fixture
+ * (heldout.safetensors, made by train_tiny.py), so this needs no Python.
+ *
+ *   pnpm --filter @anemll-qwen35/runtime-ane exec tsx bench/quantization.ts [--jobs 2] [--only name,name] [--tokens 512]
+ * --jobs N measures N rows at a time, each in its own process.
+ * Writes bench/results/quantization.json and prints the table that notes/quantization.md shows.
+ */
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { readdir } from "node:fs/promises";
+import { cpus, loadavg, tmpdir, totalmem } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { type ConvertOptions, convert, parseWeightQuant } from "@anemll-qwen35/converter";
+import { loadTokenizer } from "@anemll-qwen35/generate";
+import { argmax, SafetensorsFile, toFloat32 } from "@anemll-qwen35/ir";
+import { ChainRunner, referenceBackend } from "../src/index.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const FIXTURE = join(here, "..", "..", "..", "fixtures", "tiny-trained");
+const arg = (name: string) => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1] : undefined;
+};
+
+const q = parseWeightQuant;
+/** One row each. `options` go to convert() as they are (dtype fp16 and the converter's defaults otherwise). */
+const ENCODINGS: { name: string; options: Partial<ConvertOptions>; precision?: "fp32" }[] = [
+  {
+    name: "fp32 program, fp32 interpreter (check)",
+    options: { dtype: "fp32", body: q("none"), lmHead: q("none") },
+    precision: "fp32",
+  },
+  { name: "fp16", options: { body: q("none"), lmHead: q("none") } },
+  // body alone (lm_head fp16)
+  { name: "body lut4", options: { body: q("lut4"), lmHead: q("none") } },
+  { name: "body lut4,4", options: { body: q("lut4,4"), lmHead: q("none") } },
+  { name: "body lut4,16", options: { body: q("lut4,16"), lmHead: q("none") } },
+  { name: "body lut6", options: { body: q("lut6"), lmHead: q("none") } },
+  { name: "body lut8", options: { body: q("lut8"), lmHead: q("none") } },
+  { name: "body int8", options: { body: q("int8"), lmHead: q("none") } },
+  // lm_head alone (body fp16)
+  { name: "head lut4", options: { body: q("none"), lmHead: q("lut4") } },
+  { name: "head lut4,4", options: { body: q("none"), lmHead: q("lut4,4") } },
+  { name: "head lut4,16", options: { body: q("none"), lmHead: q("lut4,16") } },
+  { name: "head lut6", options: { body: q("none"), lmHead: q("lut6") } },
+  { name: "head lut8", options: { body: q("none"), lmHead: q("lut8") } },
+  { name: "head int8", options: { body: q("none"), lmHead: q("int8") } },
+  // whole-model combinations
+  { name: "lut4 body + lut6 head", options: { body: q("lut4"), lmHead: q("lut6") } },
+  { name: "lut4 body + lut4 head", options: { body: q("lut4"), lmHead: q("lut4") } },
+  { name: "lut6 body + lut6 head", options: { body: q("lut6"), lmHead: q("lut6") } },
+  { name: "lut6 body + lut4 head", options: { body: q("lut6"), lmHead: q("lut4") } },
+  { name: "int8 body + int8 head", options: { body: q("int8"), lmHead: q("int8") } },
+];
+
+const TOKENS = Number(arg("--tokens") ?? 512);
+const PROMPTS = 8; // free generations, from the openings of evenly spaced held-out verses
+const PROMPT_TOKENS = 6;
+const GEN_TOKENS = 32;
+const LOOP_SPAN = 16;
+const LOOP_PERIOD = 8;
+
+function logSoftmax(x: Float32Array): Float64Array {
+  let m = Number.NEGATIVE_INFINITY;
+  for (const v of x) m = Math.max(m, v);
+  let s = 0;
+  for (const v of x) s += Math.exp(v - m);
+  const lse = m + Math.log(s);
+  return Float64Array.from(x, (v) => v - lse);
+}
+
+function topK(x: Float32Array, k: number): number[] {
+  return Array.from(x.keys())
+    .sort((a, b) => x[b] - x[a])
+    .slice(0, k);
+}
+
+/** True when the last LOOP_SPAN tokens repeat with some period p ≤ LOOP_PERIOD. */
+export function endsInLoop(tokens: readonly number[]): boolean {
+  if (tokens.length < LOOP_SPAN) return false;
+  const tail = tokens.slice(-LOOP_SPAN);
+  for (let p = 1; p <= LOOP_PERIOD; p++) {
+    if (tail.every((t, i) => i < p || t === tail[i - p])) return true;
+  }
+  return false;
+}
+
+async function folderBytes(dir: string): Promise<number> {
+  let n = 0;
+  for (const e of await readdir(dir, { withFileTypes: true, recursive: true })) {
+    if (e.isFile()) n += statSync(join(e.parentPath, e.name)).size;
+  }
+  return n;
+}
+
+if (!existsSync(join(FIXTURE, "heldout.safetensors"))) {
+  console.error(
+    `quantization: ${FIXTURE}/heldout.safetensors is missing (made by tools/oracle/train_tiny.py)`,
+  );
+  process.exit(1);
+}
+const ref = await (async () => {
+  await using f = await SafetensorsFile.open(join(FIXTURE, "heldout.safetensors"));
+  const ids = Array.from((await f.read("ids")).data as BigInt64Array, Number);
+  const t = await f.read("logits");
+  const v = toFloat32(t.dtype, t.data);
+  const V = t.shape[1];
+  const logits = Array.from({ length: t.shape[0] }, (_, i) => v.subarray(i * V, (i + 1) * V));
+  return { ids, logits };
+})();
+if (TOKENS > ref.logits.length) throw new Error(`--tokens ${TOKENS}: the fixture has ${ref.logits.length}`);
+
+const tokenizer = await loadTokenizer(FIXTURE);
+const verses = readFileSync(join(FIXTURE, "heldout.txt"), "utf8").trim().split("\n");
+const prompts = Array.from({ length: PROMPTS }, (_, i) =>
+  tokenizer.encode(verses[Math.floor((i * verses.length) / PROMPTS)]).slice(0, PROMPT_TOKENS),
+);
+
+const hfRef = ref.logits.slice(0, TOKENS).map(logSoftmax);
+const hfNll = hfRef.reduce((s, lp, t) => s - lp[ref.ids[t + 1]], 0) / TOKENS;
+const hfTop5 = ref.logits.slice(0, TOKENS).map((l) => topK(l, 5));
+
+type Row = Awaited<ReturnType<typeof measure>>;
+
+/** Converts the fixture with one encoding and measures it. */
+async function measure(enc: (typeof ENCODINGS)[number], work: string) {
+  const started = performance.now();
+  const out = join(work, enc.name.replace(/[^a-z0-9]+/gi, "-"));
+  const conv = await convert({ model: FIXTURE, out, ctx: 512, ...enc.options });
+  const model = await ChainRunner.load(out, {
+    backend: referenceBackend({ precision: enc.precision ?? "fp16", flushSubnormals: true }),
+  });
+  let top1 = 0;
+  let top5 = 0;
+  let kl = 0;
+  let nll = 0;
+  let nonFinite = 0;
+  for (let t = 0; t < TOKENS; t++) {
+    const o = t === 0 ? await model.prefill([ref.ids[0]]) : await model.decode(ref.ids[t]);
+    if (!("logits" in o)) throw new Error("expected logits");
+    if (o.logits.some((x) => !Number.isFinite(x))) nonFinite++;
+    const lq = logSoftmax(o.logits);
+    const lp = hfRef[t];
+    if (argmax(o.logits) === argmax(ref.logits[t])) top1++;
+    const mine = new Set(topK(o.logits, 5));
+    top5 += hfTop5[t].filter((i) => mine.has(i)).length / 5;
+    let k = 0;
+    for (let i = 0; i < lp.length; i++) k += Math.exp(lp[i]) * (lp[i] - lq[i]);
+    kl += k;
+    nll -= lq[ref.ids[t + 1]];
+  }
+  let loops = 0;
+  const samples: string[] = [];
+  for (const p of prompts) {
+    model.reset();
+    let o = await model.prefill(p);
+    const gen: number[] = [];
+    for (let i = 0; i < GEN_TOKENS; i++) {
+      if (!("logits" in o)) throw new Error("expected logits");
+      gen.push(argmax(o.logits));
+      o = await model.decode(gen[gen.length - 1]);
+    }
+    if (endsInLoop(gen)) loops++;
+    samples.push(tokenizer.decode([...p, ...gen]));
+  }
+  model.dispose();
+  const row = {
+    name: enc.name,
+    body: conv.manifest.quantization.body,
+    lmHead: conv.manifest.quantization.lmHead,
+    precision: enc.precision ?? "fp16",
+    top1: top1 / TOKENS,
+    top5: top5 / TOKENS,
+    klMean: kl / TOKENS,
+    perplexity: Math.exp(nll / TOKENS),
+    loops,
+    loopRate: loops / prompts.length,
+    nonFiniteSteps: nonFinite,
+    packageBytes: await folderBytes(out),
+    seconds: (performance.now() - started) / 1000,
+    samples,
+  };
+  rmSync(out, { recursive: true, force: true });
+  return row;
+}
+
+/** Runs one row in a child process (--jobs > 1); its last stdout line is the row as JSON. */
+function inChild(index: number): Promise<Row> {
+  return new Promise((resolve, reject) => {
+    const args = [
+      "--import",
+      "tsx",
+      fileURLToPath(import.meta.url),
+      "--row",
+      String(index),
+      "--tokens",
+      String(TOKENS),
+    ];
+    const child = spawn(process.execPath, args, {
+      cwd: join(here, ".."),
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let stdout = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.on("error", reject);
+    child.on("close", (code) => {
+      if (code !== 0) return reject(new Error(`${ENCODINGS[index].name}: exit ${code}`));
+      resolve(JSON.parse(stdout.trim().split("\n").pop() as string) as Row);
+    });
+  });
+}
+
+const work = mkdtempSync(join(tmpdir(), "quant-bench-"));
+if (arg("--row") !== undefined) {
+  try {
+    console.log(JSON.stringify(await measure(ENCODINGS[Number(arg("--row"))], work)));
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+  process.exit(0);
+}
+
+const only = arg("--only")?.split(",");
+const selected = ENCODINGS.map((e, i) => ({ e, i })).filter(({ e }) => !only || only.includes(e.name));
+const jobs = Math.max(1, Number(arg("--jobs") ?? 1));
+const rows: Row[] = new Array(selected.length);
+const print = (r: Row) =>
+  console.log(
+    `${r.name}: top-1 ${(100 * r.top1).toFixed(1)}% · top-5 ${(100 * r.top5).toFixed(1)}% · KL ${r.klMean.toFixed(4)} · ppl ${r.perplexity.toFixed(2)} · loops ${r.loops}/${PROMPTS} · ${(r.packageBytes / 1e6).toFixed(2)} MB · ${r.seconds.toFixed(0)} s`,
+  );
+try {
+  let next = 0;
+  const worker = async () => {
+    while (next < selected.length) {
+      const k = next++;
+      rows[k] = jobs > 1 ? await inChild(selected[k].i) : await measure(selected[k].e, work);
+      print(rows[k]);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(jobs, selected.length) }, worker));
+} finally {
+  rmSync(work, { recursive: true, force: true });
+}
+
+const hfPerplexity = Math.exp(hfNll);
+console.log(`\nHF fp32 perplexity of the same ${TOKENS} tokens: ${hfPerplexity.toFixed(2)}\n`);
+console.log(
+  "| encoding | body | lm_head | top-1 | top-5 | mean KL (nats) | perplexity | greedy loops | packages |",
+);
+console.log("|---|---|---|---|---|---|---|---|---|");
+for (const r of rows) {
+  console.log(
+    `| ${r.name} | ${r.body} | ${r.lmHead} | ${(100 * r.top1).toFixed(1)}% | ${(100 * r.top5).toFixed(1)}% | ${r.klMean.toFixed(4)} | ${r.perplexity.toFixed(2)} | ${r.loops}/${PROMPTS} | ${(r.packageBytes / 1e6).toFixed(1)} MB |`,
+  );
+}
+
+const results = join(here, "results");
+mkdirSync(results, { recursive: true });
+const file = join(results, only ? "quantization-partial.json" : "quantization.json");
+writeFileSync(
+  file,
+  `${JSON.stringify(
+    {
+      bench: "quantization",
+      date: new Date().toISOString(),
+      machine: {
+        cpus: cpus().length,
+        cpuModel: cpus()[0]?.model,
+        memoryBytes: totalmem(),
+        node: process.version,
+        loadAverage: loadavg(),
+      },
+      fixture: "fixtures/tiny-trained",
+      heldOut: { text: "Book of Ruth (not trained on)", tokens: TOKENS, hfPerplexity },
+      freeGeneration: {
+        prompts: PROMPTS,
+        promptTokens: PROMPT_TOKENS,
+        generatedTokens: GEN_TOKENS,
+        loopSpan: LOOP_SPAN,
+        loopPeriod: LOOP_PERIOD,
+      },
+      backend: "reference interpreter; fp16 rows round every fp16 result and flush subnormals (ANE-like)",
+      rows,
+    },
+    null,
+    2,
+  )}\n`,
+);
+console.log(`\nwrote ${file}`);
