@@ -25,7 +25,8 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type ConvertOptions, convert, parseWeightQuant } from "@anemll-qwen35/converter";
 import { loadTokenizer } from "@anemll-qwen35/generate";
-import { argmax, SafetensorsFile, toFloat32 } from "@anemll-qwen35/ir";
+import { toFloat32 } from "@anemll-qwen35/core";
+import { argmax, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
