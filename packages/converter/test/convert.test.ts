@@ -38,14 +38,14 @@ describe("convert", () => {
       "sb_01.mlpackage",
       "lm_head.mlpackage",
     ]);
-    expect(m.quantization).toMatchObject({ body: "lut4", lmHead: "lut6", embed: "none", groupSize: 8 });
+    expect(m.quantization).toMatchObject({ body: "lut6", lmHead: "lut6", embed: "none", groupSize: 8 });
     expect(m.ctx).toBe(128);
     expect(m.tokenizer.files).toContain("tokenizer.json");
     expect(m.tokenizer.eosTokenIds.length).toBeGreaterThan(0);
     for (const c of m.components) expect(existsSync(join(out, c.file))).toBe(true);
     expect(existsSync(`${out}.partial`)).toBe(false);
     expect(stages.at(-1)).toBe("finish:");
-    expect(r.weights.some((w) => w.encoding.startsWith("lut4"))).toBe(true);
+    expect(r.weights.some((w) => w.role === "body" && w.encoding.startsWith("lut6"))).toBe(true);
   });
 
   it("resumes an interrupted conversion, skipping components whose checksums match", async () => {

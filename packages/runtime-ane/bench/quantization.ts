@@ -264,7 +264,7 @@ console.log(
 console.log("|---|---|---|---|---|---|---|---|---|");
 for (const r of rows) {
   console.log(
-    `| ${r.name} | ${r.body} | ${r.lmHead} | ${(100 * r.top1).toFixed(1)}% | ${(100 * r.top5).toFixed(1)}% | ${r.klMean.toFixed(4)} | ${r.perplexity.toFixed(2)} | ${r.loops}/${PROMPTS} | ${(r.packageBytes / 1e6).toFixed(1)} MB |`,
+    `| ${r.name} | ${r.body} | ${r.lmHead} | ${(100 * r.top1).toFixed(1)}% | ${(100 * r.top5).toFixed(1)}% | ${r.klMean >= 1e-3 ? r.klMean.toFixed(4) : r.klMean.toExponential(1)} | ${r.perplexity.toFixed(2)} | ${r.loops}/${PROMPTS} | ${(r.packageBytes / 1e6).toFixed(1)} MB |`,
   );
 }
 
