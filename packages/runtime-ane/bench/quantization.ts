@@ -24,8 +24,8 @@ import { cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type ConvertOptions, convert, parseWeightQuant } from "@anemll-qwen35/converter";
-import { loadTokenizer } from "@anemll-qwen35/generate";
 import { toFloat32 } from "@anemll-qwen35/core";
+import { loadTokenizer } from "@anemll-qwen35/generate";
 import { argmax, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
