@@ -31,7 +31,10 @@ import type { GraphDType, KvPlacement } from "./graph/io.js";
 import { ctxProblem, DEFAULT_LM_HEAD_MAX_ROWS } from "./graph/options.js";
 import { DEFAULT_LUT_GROUP_SIZE, formatWeightQuant, type WeightQuant } from "./graph/quant.js";
 import type { WeightEncodingReport } from "./graph/weights.js";
+import { checkOutputTarget, OutputError, PARTIAL_MARKER } from "./output.js";
 import { DEFAULT_BUDGET_BYTES, type PlannedComponent, planComponents } from "./plan.js";
+
+export { OutputError } from "./output.js";
 
 export const CONVERTER_VERSION = "0.1.0";
 export const MIN_CTX = 128;
@@ -74,6 +77,8 @@ export interface ConvertOptions {
   lmHeadMaxRows?: number;
   /** Reuse components of an interrupted conversion of the same model and options. */
   resume?: boolean;
+  /** Replace whatever is at `out` (and `<out>.partial`), even if it is not a previous conversion. */
+  force?: boolean;
   /** Worker threads for k-means. */
   workers?: number;
   onProgress?: (event: ConvertProgress) => void;
@@ -104,14 +109,6 @@ export class ConvertOptionError extends AnemllError {
   constructor(option: string, message: string) {
     super("E_CONVERT_OPTION", `--${option} ${message}`);
     this.option = option;
-  }
-}
-
-export class OutputError extends AnemllError {
-  readonly path: string;
-  constructor(path: string, message: string, options?: { cause?: unknown }) {
-    super("E_OUTPUT", `${path}: ${message}`, options);
-    this.path = path;
   }
 }
 
@@ -198,6 +195,7 @@ async function prepareOutput(out: string, resume: boolean): Promise<string> {
     await mkdir(dirname(out), { recursive: true });
     if (!resume) await rm(partial, { recursive: true, force: true });
     await mkdir(partial, { recursive: true });
+    await writeFile(join(partial, PARTIAL_MARKER), "");
     const probe = join(partial, ".write-test");
     await writeFile(probe, "");
     await rm(probe);
@@ -242,6 +240,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
 
   progress({ stage: "resolve", bytes: 0, totalBytes: 0 });
   const dir = await resolveModelRef(options.model, { signal: options.signal });
+  await checkOutputTarget(out, dir, options.force ?? false);
   await using ck = await Qwen35Checkpoint.open(dir);
   assertConvertible(ck);
   checkCtx(r.ctx, ck.config);
@@ -371,6 +370,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
   };
   await writeFileAtomic(join(partial, "model.json"), `${JSON.stringify(manifest, null, 2)}\n`);
   await rm(join(partial, PARTIAL_RECORD), { force: true });
+  await rm(join(partial, PARTIAL_MARKER), { force: true });
   await swapIntoPlace(partial, out);
   progress({ stage: "finish", bytes: totalBytes, totalBytes });
   return { out, manifest, skipped, weights, seconds: (performance.now() - started) / 1000 };

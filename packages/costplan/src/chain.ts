@@ -36,7 +36,11 @@ export const ModelJsonSchema = z.looseObject({
   components: z
     .array(
       z.looseObject({
-        file: z.string().min(1),
+        // a package inside the model folder: model.json is input, and may come from anyone
+        file: z
+          .string()
+          .regex(/^[^/\\]+$/, "must be a .mlpackage name inside the model folder (no / or \\)")
+          .refine((f) => f !== "." && f !== "..", "must be a .mlpackage name inside the model folder"),
         function: z.string().min(1).optional(),
         name: z.string().min(1).optional(),
       }),

@@ -96,6 +96,18 @@ describe("chains", () => {
     );
   });
 
+  it("refuses model.json components outside the model folder", async () => {
+    // a real package one folder up: reading it would cost a model the folder does not hold
+    const evil = join(dir, "evil");
+    await mkdir(evil, { recursive: true });
+    for (const file of ["../chain/part2.mlpackage", join(dir, "chain", "part2.mlpackage"), ".."]) {
+      await writeFile(join(evil, "model.json"), JSON.stringify({ components: [{ file }] }));
+      await expect(costplan(evil, { native: "off" })).rejects.toThrow(
+        /components\.0\.file: must be a \.mlpackage name inside the model folder/,
+      );
+    }
+  });
+
   it("rejects unknown chips and functions", async () => {
     await expect(costplan(pkg(64), { chip: "m9" as never })).rejects.toThrow(CostplanOptionError);
     await expect(costplan(pkg(64), { decodeFunction: "infer" })).rejects.toThrow(

@@ -449,6 +449,13 @@ export async function loadMlxModel(ref: string, opts: LoadMlxModelOptions = {}):
       `loadMlxModel: contextLength must be a positive integer, got ${contextLength}`,
     );
   }
+  const maxPositions = config.maxPositionEmbeddings;
+  if (maxPositions !== undefined && contextLength > maxPositions) {
+    // positions past what the model was trained for give garbage, not an error: refuse up front
+    throw new InvalidArgumentError(
+      `loadMlxModel: contextLength ${contextLength} exceeds the model's max_position_embeddings (${maxPositions})`,
+    );
+  }
   const prefillChunk = opts.prefillChunk ?? 512;
   if (!Number.isInteger(prefillChunk) || prefillChunk < 1) {
     throw new InvalidArgumentError(

@@ -9,7 +9,7 @@ import {
   MIN_CTX,
   NO_QUANT,
 } from "@anemll-qwen35/converter";
-import type { Command } from "commander";
+import { type Command, Option } from "commander";
 import type { Context } from "../context.js";
 import { bytes, choice, fuse, int, weightQuantOption } from "../options.js";
 import { progressBar } from "../progress.js";
@@ -21,10 +21,18 @@ export function registerConvert(program: Command, ctx: Context): void {
       "convert a Qwen3.5 checkpoint (folder or hf:owner/name[@rev]) into Core ML packages for the ANE",
     )
     .argument("<model>", "checkpoint folder or hf:owner/name[@revision]")
-    .requiredOption("-o, --out <dir>", "output folder (replaced only when the conversion completes)")
+    .requiredOption(
+      "-o, --out <dir>",
+      "output folder: new, empty or a previous conversion (replaced only when the new one completes)",
+    )
+    .option("--force", "replace the output folder even when it holds other files (never the checkpoint)")
     .option("--ctx <n>", `context length, ${MIN_CTX}…${MAX_CTX}`, int("--ctx", 1), DEFAULT_CTX)
     .option("--fuse <n|all>", "super-blocks per package, or all that fit the budget", fuse, "all")
-    .option("--budget <size>", "largest package size", bytes("--budget"), 1.5e9)
+    .addOption(
+      new Option("--budget <size>", "largest package size")
+        .argParser(bytes("--budget"))
+        .default(1.5e9, "1.5GB"),
+    )
     .option(
       "--state <where>",
       "KV cache placement: io or mlstate",
@@ -86,6 +94,7 @@ export function registerConvert(program: Command, ctx: Context): void {
           argmax: Boolean(o.argmax),
           lmHeadMaxRows: o.lmheadRows,
           resume: Boolean(o.resume),
+          force: Boolean(o.force),
           workers: o.workers,
           signal: ac.signal,
           onProgress: (e) => bar.update(e.fraction, `${e.stage}${e.component ? ` ${e.component}` : ""}`),
@@ -116,3 +125,4 @@ export function registerConvert(program: Command, ctx: Context): void {
       }
     });
 }
+

@@ -10,7 +10,7 @@
  * with a positional read at its offset, and the file is never loaded whole.
  */
 import type { FileHandle } from "node:fs/promises";
-import { open } from "node:fs/promises";
+import { open, stat } from "node:fs/promises";
 import {
   AnemllError,
   BYTES_PER_ELEMENT,
@@ -334,8 +334,13 @@ export class SafetensorsFile implements TensorSource, AsyncDisposable {
   static async open(path: string): Promise<SafetensorsFile> {
     let fh: FileHandle;
     try {
+      // a named pipe or device would block open() (or the reads) forever: only regular files
+      if (!(await stat(path)).isFile()) {
+        throw new SafetensorsError(path, undefined, "is not a regular file (a folder, pipe or device)");
+      }
       fh = await open(path, "r");
     } catch (cause) {
+      if (cause instanceof SafetensorsError) throw cause;
       throw new SafetensorsError(path, undefined, `cannot open: ${(cause as Error).message}`, { cause });
     }
     try {

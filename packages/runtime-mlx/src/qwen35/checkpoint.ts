@@ -15,12 +15,14 @@
  * with the name prefix; a checkpoint whose two signals disagree is refused rather than risk applying
  * the +1 twice (or not at all).
  */
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import type { DType } from "@anemll-qwen35/core";
 import {
   assertWeights,
   checkWeights,
+  INDEX_FILE,
+  parseSafetensorsIndex,
   type Qwen35Config,
   qwen35Parameters,
   SafetensorsError,
@@ -92,25 +94,21 @@ export class RawTensors {
  * `model*.safetensors` (as mlx-lm globs; other .safetensors files, e.g. test goldens, are not weights).
  */
 export function weightFiles(dir: string): string[] {
-  const index = join(dir, "model.safetensors.index.json");
+  const index = join(dir, INDEX_FILE);
   if (existsSync(index)) {
-    let map: unknown;
-    try {
-      map = (JSON.parse(readFileSync(index, "utf8")) as { weight_map?: unknown }).weight_map;
-    } catch (cause) {
-      throw new MlxModelLoadError(index, `not valid JSON (${(cause as Error).message})`, { cause });
-    }
-    if (typeof map !== "object" || map === null) {
-      throw new MlxModelLoadError(index, 'expected a "weight_map" object of tensor name -> file');
-    }
-    const files = [...new Set(Object.values(map as Record<string, string>))].sort();
+    // ir's checks, as the converter applies them: every entry a shard file name in this folder
+    const { weightMap } = parseSafetensorsIndex(readFileSync(index, "utf8"), index);
+    const files = [...new Set(Object.values(weightMap))].sort();
     for (const f of files) {
-      if (!existsSync(join(dir, f))) throw new MlxModelLoadError(index, `lists ${f}, which is not in ${dir}`);
+      const st = statSync(join(dir, f), { throwIfNoEntry: false });
+      if (!st) throw new MlxModelLoadError(index, `lists ${f}, which is not in ${dir}`);
+      // MLX would block forever opening a named pipe
+      if (!st.isFile()) throw new MlxModelLoadError(index, `lists ${f}, which is not a regular file`);
     }
     return files.map((f) => join(dir, f));
   }
   const files = readdirSync(dir)
-    .filter((f) => f.startsWith("model") && f.endsWith(".safetensors"))
+    .filter((f) => f.startsWith("model") && f.endsWith(".safetensors") && statSync(join(dir, f)).isFile())
     .sort();
   if (files.length === 0) {
     throw new MlxModelLoadError(dir, "no model.safetensors.index.json and no model*.safetensors files");
