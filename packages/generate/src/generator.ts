@@ -88,11 +88,21 @@ export interface GenerationResult {
 }
 
 export interface GenerateOptions {
-  /** Raw prompt text (no chat template applied) or prompt token ids. Exclusive with `messages`. */
+  /**
+   * Raw prompt text (no chat template applied) or prompt token ids. Exclusive with `messages`.
+   * Special-token text in a raw prompt (`<|im_start|>`) becomes the control token: it is the
+   * caller's own prompt. Never put untrusted text in it; use `messages`.
+   */
   prompt?: string | number[] | Int32Array;
-  /** Chat messages, rendered with the tokenizer's chat template and the generation prompt. */
+  /**
+   * Chat messages, rendered with the tokenizer's chat template and the generation prompt. Special
+   * tokens written inside them stay text, so content from users or tools cannot forge a turn.
+   */
   messages?: ChatMessage[];
-  /** Tools offered to the model (rendered by the template; used to type parsed arguments). */
+  /**
+   * Tools offered to the model: rendered by the template, used to type parsed arguments, and the
+   * only functions a parsed call may name (a call to another is a `tool_call_error`).
+   */
   tools?: ToolSpec[];
   /** Qwen3.5 thinking on/off (`enable_thinking` of the template); undefined = template default. */
   enableThinking?: boolean;
@@ -386,13 +396,14 @@ class GenerationImpl implements Generation {
     if (o.messages !== undefined) {
       if (o.prompt !== undefined)
         throw new InvalidArgumentError("generate: give either `prompt` or `messages`, not both");
-      const text = tokenizer.applyChatTemplate(o.messages, {
+      // special-token text inside the messages stays text (see Tokenizer.encodeChat)
+      return tokenizer.encodeChat(o.messages, {
         tools: o.tools,
         enableThinking: o.enableThinking,
         extra: o.templateVariables,
       });
-      return { ids: tokenizer.encode(text), text };
     }
+    // a raw prompt is the caller's own text: special tokens written in it are control tokens
     if (typeof o.prompt === "string") return { ids: tokenizer.encode(o.prompt), text: o.prompt };
     if (Array.isArray(o.prompt) || o.prompt instanceof Int32Array) {
       const ids = Array.from(o.prompt);

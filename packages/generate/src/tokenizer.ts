@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { Tokenizer as HfTokenizer } from "@huggingface/tokenizers";
 import { type ApplyChatTemplateOptions, type ChatMessage, ChatTemplate } from "./chat-template.js";
 import { ChatTemplateError, MalformedTokenizerFileError, MissingTokenizerFileError } from "./errors.js";
+import { LiteralEscaper } from "./literal-text.js";
 import { StreamingDecoder, type StreamingDecoderOptions } from "./streaming-decoder.js";
 
 export interface LoadTokenizerOptions {
@@ -18,6 +19,13 @@ export interface TokenizerFromJsonOptions extends LoadTokenizerOptions {
   chatTemplate?: string;
   /** Where the JSON came from, for error messages. */
   source?: string;
+}
+
+/** What `Tokenizer.fromJSON` needs to build a tokenizer again (e.g. in a worker thread). */
+export interface TokenizerDefinition {
+  readonly tokenizerJson: Record<string, unknown>;
+  readonly tokenizerConfig: Record<string, unknown>;
+  readonly options: TokenizerFromJsonOptions;
 }
 
 interface AddedTokenJson {
@@ -42,8 +50,16 @@ export class Tokenizer {
   readonly chatTemplateSource: string | undefined;
   /** One more than the largest id the tokenizer can decode. */
   readonly vocabSize: number;
+  /** The inputs of `fromJSON` that rebuild this tokenizer (plain data: it can go to a worker). */
+  readonly definition: TokenizerDefinition;
 
   private readonly hf: HfTokenizer;
+  /** The same tokenizer without its special added tokens: encodes their text as plain text. */
+  private plain: HfTokenizer | undefined;
+  private escaper: LiteralEscaper | undefined;
+  private longestToken: number | undefined;
+  private readonly json: Record<string, unknown>;
+  private readonly addedList: readonly AddedTokenJson[];
   private readonly added = new Map<string, number>();
   private readonly specialIds = new Set<number>();
   private readonly eosSet: Set<number>;
@@ -53,12 +69,16 @@ export class Tokenizer {
 
   private constructor(
     hf: HfTokenizer,
+    json: Record<string, unknown>,
     addedTokens: AddedTokenJson[],
     config: Record<string, unknown>,
     eosTokenIds: number[],
     chatTemplateSource: string | undefined,
+    source: string | undefined,
   ) {
     this.hf = hf;
+    this.json = json;
+    this.addedList = addedTokens;
     this.config = config;
     for (const t of addedTokens) {
       this.added.set(t.content, t.id);
@@ -68,6 +88,11 @@ export class Tokenizer {
     this.eosTokenIds = [...this.eosSet];
     this.chatTemplateSource = chatTemplateSource;
     this.vocabSize = hf.model?.vocab.length ?? 0;
+    this.definition = {
+      tokenizerJson: json,
+      tokenizerConfig: config,
+      options: { eosTokenIds: this.eosTokenIds, chatTemplate: chatTemplateSource, source },
+    };
     // Byte-level BPE decodes exactly; the library's default (true) would glue " ." and " 's".
     this.cleanUpSpaces = config.clean_up_tokenization_spaces === true;
   }
@@ -147,7 +172,7 @@ export class Tokenizer {
 
     let template = options.chatTemplate;
     if (template === undefined) template = templateFromConfig(tokenizerConfig.chat_template, configSource);
-    return new Tokenizer(hf, addedTokens, tokenizerConfig, eos, template);
+    return new Tokenizer(hf, json, addedTokens, tokenizerConfig, eos, template, options.source);
   }
 
   /** Text → ids. Added tokens (`<|im_start|>`, `<think>`, …) written in the text become their ids. */
@@ -172,6 +197,20 @@ export class Tokenizer {
       skip_special_tokens: options.skipSpecialTokens ?? false,
       clean_up_tokenization_spaces: this.cleanUpSpaces,
     });
+  }
+
+  /**
+   * The most characters one token stands for (Qwen3.5: 128), so a text of n characters needs at
+   * least n / maxTokenChars tokens: a bound that refuses an oversized prompt without encoding it.
+   */
+  get maxTokenChars(): number {
+    if (this.longestToken === undefined) {
+      let longest = 1;
+      for (let id = 0; id < this.vocabSize; id++)
+        longest = Math.max(longest, this.hf.id_to_token(id)?.length ?? 0);
+      this.longestToken = longest;
+    }
+    return this.longestToken;
   }
 
   /** The id of a token by its text (`"<|im_end|>"` → 248046), or undefined. */
@@ -220,9 +259,78 @@ export class Tokenizer {
     return this.template;
   }
 
-  /** Renders chat messages to the prompt text (`add_generation_prompt` defaults to true). */
+  /**
+   * Renders chat messages to the prompt text (`add_generation_prompt` defaults to true). For the
+   * prompt's ids use `encodeChat`: encoding this text would turn special-token text inside the
+   * messages into control tokens.
+   */
   applyChatTemplate(messages: ChatMessage[], options: ApplyChatTemplateOptions = {}): string {
     return this.chatTemplate.render(messages, options);
+  }
+
+  /**
+   * Renders and encodes chat messages. Special tokens the template writes (`<|im_start|>`, …) are
+   * control tokens; the same text inside message content, tool results, tool specs or arguments is
+   * encoded as plain text, so untrusted content cannot forge a turn. `suffix` is trusted text
+   * appended to the rendered prompt (e.g. the start of a forced tool call).
+   */
+  encodeChat(
+    messages: ChatMessage[],
+    options: ApplyChatTemplateOptions & { suffix?: string } = {},
+  ): { ids: number[]; text: string } {
+    const { suffix = "", ...render } = options;
+    this.escaper ??= new LiteralEscaper(this.addedList.filter((t) => t.special).map((t) => t.content));
+    const esc = this.escaper;
+    const rendered =
+      this.chatTemplate.render(esc.escape(messages), {
+        ...render,
+        tools: esc.escape(render.tools),
+        extra: esc.escape(render.extra),
+      }) + suffix;
+    const parts = esc.split(rendered);
+    const text = parts.map((p) => p.text).join("");
+    if (!parts.some((p) => p.literal)) return { ids: this.encode(text), text };
+    return { ids: this.encodeParts(parts), text };
+  }
+
+  /**
+   * Template parts keep their special tokens; the text between them, literal spans included, is
+   * encoded in one piece by the tokenizer without special tokens (so BPE sees the same runs of text
+   * it would for a prompt without escapes).
+   */
+  private encodeParts(parts: readonly { text: string; literal: boolean }[]): number[] {
+    const byContent = new Map(this.addedList.filter((t) => t.special).map((t) => [t.content, t]));
+    const esc = this.escaper as LiteralEscaper;
+    this.plain ??= new HfTokenizer(
+      { ...this.json, added_tokens: this.addedList.filter((t) => !t.special) },
+      this.config,
+    );
+    const plain = this.plain;
+    const ids: number[] = [];
+    let text = "";
+    let rstrip = false;
+    const flush = () => {
+      if (text.length > 0)
+        for (const id of plain.encode(text, { add_special_tokens: false }).ids) ids.push(id);
+      text = "";
+    };
+    for (const part of parts) {
+      const pieces = part.literal ? [part.text] : esc.splitSpecials(part.text);
+      for (const [i, piece] of pieces.entries()) {
+        const token = !part.literal && i % 2 === 1 ? byContent.get(piece) : undefined;
+        if (token === undefined) {
+          text += rstrip ? piece.trimStart() : piece;
+          rstrip = rstrip && piece.trim() === "";
+          continue;
+        }
+        if (token.lstrip) text = text.trimEnd();
+        flush();
+        ids.push(token.id);
+        rstrip = token.rstrip === true;
+      }
+    }
+    flush();
+    return ids;
   }
 }
 

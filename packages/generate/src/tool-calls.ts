@@ -11,7 +11,9 @@ export interface MalformedToolCall {
 export type ToolCallParse = { ok: true; call: ToolCall } | { ok: false; error: MalformedToolCall };
 
 /**
- * Parses the body of one `<tool_call>…</tool_call>` block.
+ * Parses the body of one `<tool_call>…</tool_call>` block. When `tools` is given, a call to a
+ * function not among them is refused like a malformed call (the model invented a tool, or text it
+ * read talked it into one): a caller must never be handed a call it did not offer.
  *
  * Qwen3.5 writes calls as XML (the qwen3_coder format):
  * ```
@@ -25,7 +27,19 @@ export type ToolCallParse = { ok: true; call: ToolCall } | { ok: false; error: M
  * says the parameter is a string; otherwise it stays a string. The JSON form of Qwen2.5/Qwen3
  * (`{"name": …, "arguments": {…}}`) is accepted too, so older checkpoints work.
  */
-export function parseToolCall(body: string, tools: readonly ToolSpec[] = []): ToolCallParse {
+export function parseToolCall(body: string, tools?: readonly ToolSpec[]): ToolCallParse {
+  const parsed = parseCallSyntax(body, tools ?? []);
+  if (!parsed.ok || tools === undefined) return parsed;
+  const name = parsed.call.name;
+  if (tools.some((t) => t.function?.name === name)) return parsed;
+  const offered = tools.map((t) => t.function?.name).join(", ") || "none";
+  return {
+    ok: false,
+    error: { raw: body, message: `"${name}" is not one of the tools offered (${offered})` },
+  };
+}
+
+function parseCallSyntax(body: string, tools: readonly ToolSpec[]): ToolCallParse {
   const s = body.trim();
   const fail = (message: string): ToolCallParse => ({ ok: false, error: { raw: body, message } });
   if (s.length === 0) return fail("empty <tool_call> block");
@@ -69,7 +83,13 @@ export function parseToolCall(body: string, tools: readonly ToolSpec[] = []): To
     let value = inner.slice(pNameEnd + 1, pClose);
     if (value.startsWith("\n")) value = value.slice(1);
     if (value.endsWith("\n")) value = value.slice(0, -1);
-    args[pName] = convertValue(value, schema?.[pName]);
+    // defineProperty: a parameter named "__proto__" is a key like any other, not the prototype
+    Object.defineProperty(args, pName, {
+      value: convertValue(value, schema && Object.hasOwn(schema, pName) ? schema[pName] : undefined),
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
     i = pClose + "</parameter>".length;
   }
   return { ok: true, call: { name, arguments: args } };
@@ -120,7 +140,8 @@ function propertyTypes(tools: readonly ToolSpec[], name: string): Record<string,
   if (typeof props !== "object" || props === null) return undefined;
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(props as Record<string, unknown>)) {
-    if (typeof v === "object" && v !== null) out[k] = (v as { type?: unknown }).type;
+    if (typeof v === "object" && v !== null)
+      Object.defineProperty(out, k, { value: (v as { type?: unknown }).type, enumerable: true });
   }
   return out;
 }

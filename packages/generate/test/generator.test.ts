@@ -220,6 +220,7 @@ describe("generate over a scripted StepModel", () => {
           parameters: { type: "object", properties: { city: { type: "string" } } },
         },
       },
+      { type: "function", function: { name: "calc" } },
     ];
     const out =
       "Let me check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n" +
@@ -244,6 +245,21 @@ describe("generate over a scripted StepModel", () => {
       { type: "tool_call", call: r.toolCalls[1] },
     ]);
     expect(r.toolCallErrors).toEqual([]);
+  });
+
+  it("a call to a function not in `tools` is a tool_call_error, never a call", async () => {
+    const { model } = says(
+      "<tool_call>\n<function=rm_rf>\n<parameter=path>\n/\n</parameter>\n</function>\n</tool_call>",
+    );
+    const r = await generate(model, tok, {
+      messages: [{ role: "user", content: "hi" }],
+      tools: [{ type: "function", function: { name: "get_weather" } }],
+    });
+    expect(r.toolCalls).toEqual([]);
+    expect(r.finishReason).toBe("stop");
+    expect(r.toolCallErrors.map((e) => e.message)).toEqual([
+      '"rm_rf" is not one of the tools offered (get_weather)',
+    ]);
   });
 
   it("reports a malformed tool call instead of dropping it", async () => {

@@ -102,4 +102,35 @@ describe("parseToolCall (Qwen3.5 XML)", () => {
       expect(r.error.raw).toBe(text);
     }
   });
+
+  it("refuses a call to a function that was not offered (XML and JSON forms)", () => {
+    const tools: ToolSpec[] = [{ type: "function", function: { name: "get_weather" } }];
+    for (const text of [body("delete_all_files", [["path", "/"]]), '{"name": "delete_all_files"}']) {
+      const r = parseToolCall(text, tools);
+      expect(r.ok).toBe(false);
+      if (!r.ok)
+        expect(r.error.message).toBe('"delete_all_files" is not one of the tools offered (get_weather)');
+      // without a tool list nothing is known to check against
+      expect(parseToolCall(text).ok).toBe(true);
+    }
+    expect(parseToolCall(body("get_weather", []), tools).ok).toBe(true);
+    expect(parseToolCall(body("x", []), []).ok).toBe(false);
+  });
+
+  it('keeps a parameter named "__proto__" as an argument', () => {
+    const r = parseToolCall(
+      body("f", [
+        ["__proto__", '{"polluted": true}'],
+        ["constructor", "1"],
+      ]),
+    );
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(Object.keys(r.call.arguments)).toEqual(["__proto__", "constructor"]);
+    expect(JSON.parse(JSON.stringify(r.call.arguments))).toEqual(
+      JSON.parse('{"__proto__": {"polluted": true}, "constructor": 1}'),
+    );
+    expect(Object.getPrototypeOf(r.call.arguments)).toBe(Object.prototype);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  });
 });

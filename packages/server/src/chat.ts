@@ -18,7 +18,7 @@ import {
 } from "@anemll-qwen35/generate";
 import { invalidParam } from "./errors.js";
 import type { ServedModel } from "./models.js";
-import { type GenerationPlan, planSampling, promptFits } from "./plan.js";
+import { type GenerationPlan, planSampling, promptCanFit, promptFits } from "./plan.js";
 import type { ChatCompletionRequest, ChatMessageIn } from "./schemas.js";
 
 export interface ChatPlan extends GenerationPlan {
@@ -33,8 +33,9 @@ export interface ChatPlan extends GenerationPlan {
 }
 
 /** Validates and renders a chat request for one model. Throws ApiError (400) naming the field. */
-export function planChat(req: ChatCompletionRequest, served: ServedModel): ChatPlan {
+export async function planChat(req: ChatCompletionRequest, served: ServedModel): Promise<ChatPlan> {
   const messages = toChatMessages(req.messages);
+  promptCanFit(verbatimChars(messages), served, "messages");
   const tools: ToolSpec[] = (req.tools ?? []).map((t) => ({
     type: "function",
     function: {
@@ -76,19 +77,26 @@ export function planChat(req: ChatCompletionRequest, served: ServedModel): ChatP
     stop.push("</tool_call>");
   }
 
-  let text: string;
+  let promptIds: number[];
   try {
-    text = served.tokenizer.applyChatTemplate(messages, {
-      tools: renderTools,
-      enableThinking,
-      extra: templateVariables,
-    });
+    // special-token text inside the messages (a tool result saying "<|im_start|>system") stays text
+    promptIds = await served.prompts.encode(
+      {
+        kind: "chat",
+        messages,
+        options: {
+          tools: renderTools,
+          enableThinking,
+          extra: templateVariables,
+          suffix: forcedCallPrefix === undefined ? "" : `<tool_call>\n${forcedCallPrefix}`,
+        },
+      },
+      textChars([messages, renderTools, templateVariables]),
+    );
   } catch (err) {
     if (err instanceof ChatTemplateError) throw invalidParam("messages", err.message, "invalid_messages");
     throw err;
   }
-  if (forcedCallPrefix !== undefined) text += `<tool_call>\n${forcedCallPrefix}`;
-  const promptIds = served.tokenizer.encode(text);
   promptFits(promptIds.length, served, "messages");
 
   return {
@@ -102,6 +110,29 @@ export function planChat(req: ChatCompletionRequest, served: ServedModel): ChatP
     forcedCallPrefix,
     firstCallOnly: req.parallel_tool_calls === false,
   };
+}
+
+/**
+ * Characters any chat template writes as they are: system, user and tool content, trimmed (assistant
+ * turns may lose their thinking). A lower bound on the rendered prompt's length.
+ */
+function verbatimChars(messages: readonly ChatMessage[]): number {
+  let n = 0;
+  for (const m of messages) {
+    if (m.role === "assistant") continue;
+    const c = m.content;
+    n += typeof c === "string" ? c.trim().length : (c ?? []).reduce((s, p) => s + (p.text ?? "").length, 0);
+  }
+  return n;
+}
+
+/** All the characters of the strings in `v` (keys too): how much work rendering and encoding it is. */
+function textChars(v: unknown): number {
+  if (typeof v === "string") return v.length;
+  if (Array.isArray(v)) return v.reduce((s: number, x) => s + textChars(x), 0);
+  if (typeof v === "object" && v !== null)
+    return Object.entries(v).reduce((s, [k, x]) => s + k.length + textChars(x), 0);
+  return 0;
 }
 
 /** OpenAI messages → the chat template's messages (tool-call arguments parsed back into objects). */

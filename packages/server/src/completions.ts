@@ -13,7 +13,7 @@ import {
 } from "@anemll-qwen35/generate";
 import { invalidParam } from "./errors.js";
 import type { ServedModel } from "./models.js";
-import { type GenerationPlan, planSampling, promptFits } from "./plan.js";
+import { type GenerationPlan, planSampling, promptCanFit, promptFits } from "./plan.js";
 import type { CompletionRequest } from "./schemas.js";
 
 export interface CompletionPlan extends GenerationPlan {
@@ -24,7 +24,7 @@ export interface CompletionPlan extends GenerationPlan {
 /** OpenAI's default for /v1/completions when `max_tokens` is left out. */
 export const DEFAULT_COMPLETION_MAX_TOKENS = 16;
 
-export function planCompletion(req: CompletionRequest, served: ServedModel): CompletionPlan {
+export async function planCompletion(req: CompletionRequest, served: ServedModel): Promise<CompletionPlan> {
   const { tokenizer } = served;
   let prompt: string | number[];
   if (typeof req.prompt === "string" || typeof req.prompt[0] === "number")
@@ -38,7 +38,8 @@ export function planCompletion(req: CompletionRequest, served: ServedModel): Com
   }
   let promptIds: number[];
   if (typeof prompt === "string") {
-    promptIds = tokenizer.encode(prompt);
+    promptCanFit(prompt.length, served, "prompt");
+    promptIds = await served.prompts.encode({ kind: "text", text: prompt }, prompt.length);
   } else {
     promptIds = prompt as number[];
     const bad = promptIds.findIndex((id) => id >= tokenizer.vocabSize);

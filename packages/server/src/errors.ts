@@ -58,11 +58,20 @@ export function invalidParam(param: string | null, message: string, code: string
   return new ApiError(400, message, { param, code });
 }
 
+/** A value from the request, fit for one log line: control characters escaped, at most 200 characters. */
+export function logSafe(s: string, max = 200): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: escaping control characters is the point
+  const flat = s.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, (c) =>
+    c === "\n" ? "\\n" : `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+  return flat.length > max ? `${flat.slice(0, max)}… (${flat.length} characters)` : flat;
+}
+
 /** 404 for a `model` the server does not serve. */
 export function modelNotFound(model: string, served: readonly string[]): ApiError {
   return new ApiError(
     404,
-    `The model \`${model}\` does not exist on this server; it serves: ${served.join(", ")}`,
+    `The model \`${logSafe(model, 100)}\` does not exist on this server; it serves: ${served.join(", ")}`,
     { param: "model", code: "model_not_found" },
   );
 }
@@ -95,6 +104,22 @@ export class RequestAbortedError extends AnemllError {
 export class ServerConfigError extends AnemllError {
   constructor(message: string) {
     super("E_SERVER_CONFIG", message);
+  }
+}
+
+/** listen() failed: the port is in use, or not ours to take. */
+export class ServerListenError extends AnemllError {
+  constructor(host: string, port: number, cause: unknown) {
+    const code = (cause as { code?: string })?.code;
+    const why =
+      code === "EADDRINUSE"
+        ? `port ${port} on ${host} is already in use (another server?); choose another with --port (0 picks a free one)`
+        : code === "EACCES"
+          ? `no permission to listen on port ${port} of ${host}; ports below 1024 need privileges, choose a higher --port`
+          : code === "EADDRNOTAVAIL" || code === "ENOTFOUND"
+            ? `${host} is not an address of this machine; check --host`
+            : `could not listen on ${host}:${port}: ${(cause as Error)?.message ?? String(cause)}`;
+    super("E_SERVER_LISTEN", why, { cause });
   }
 }
 

@@ -8,6 +8,7 @@ import { basename, resolve } from "node:path";
 import type { SamplingOptions, StepModel, Tokenizer } from "@anemll-qwen35/generate";
 import { type LoadModelOptions, loadModel, withTop1Default } from "@anemll-qwen35/models";
 import { ServerConfigError } from "./errors.js";
+import { PromptTokenizer, type PromptTokenizerOptions } from "./prompt-tokenizer.js";
 import { ModelQueue } from "./queue.js";
 
 /** A model already loaded by the caller. The server never disposes it unless `dispose` is true. */
@@ -43,6 +44,8 @@ export interface ServedModel {
   readonly name: string;
   readonly model: StepModel;
   readonly tokenizer: Tokenizer;
+  /** Encodes this model's prompts (large ones off the event loop); shared by models with one tokenizer. */
+  readonly prompts: PromptTokenizer;
   readonly backend: string;
   /** Sampling for fields a request leaves out. */
   readonly sampling: SamplingOptions;
@@ -53,12 +56,23 @@ export interface ServedModel {
 }
 
 /** Opens every source (in order; on failure, what was opened is disposed) and checks the names. */
-export async function openModels(sources: readonly ModelSource[], queue: number): Promise<ServedModel[]> {
+export async function openModels(
+  sources: readonly ModelSource[],
+  queue: number,
+  tokenize: PromptTokenizerOptions = {},
+): Promise<ServedModel[]> {
   if (sources.length === 0) throw new ServerConfigError("no models to serve: give at least one");
   const served: ServedModel[] = [];
+  // one tokenizer worker per tokenizer object, whichever models share it
+  const prompts = new Map<Tokenizer, PromptTokenizer>();
+  const promptsFor = (t: Tokenizer) => {
+    let p = prompts.get(t);
+    if (!p) prompts.set(t, (p = new PromptTokenizer(t, tokenize)));
+    return p;
+  };
   try {
     for (const s of sources) {
-      const m = await openModel(s, queue);
+      const m = await openModel(s, queue, promptsFor);
       if (served.some((o) => o.name === m.name)) {
         await m.dispose();
         throw new ServerConfigError(
@@ -74,7 +88,11 @@ export async function openModels(sources: readonly ModelSource[], queue: number)
   return served;
 }
 
-async function openModel(source: ModelSource, defaultQueue: number): Promise<ServedModel> {
+async function openModel(
+  source: ModelSource,
+  defaultQueue: number,
+  promptsFor: (t: Tokenizer) => PromptTokenizer,
+): Promise<ServedModel> {
   const queueSize = source.queue ?? defaultQueue;
   if (!Number.isInteger(queueSize) || queueSize < 0) {
     throw new ServerConfigError(`queue must be an integer ≥ 0, got ${queueSize}`);
@@ -83,15 +101,18 @@ async function openModel(source: ModelSource, defaultQueue: number): Promise<Ser
   if ("model" in source) {
     if (!source.name) throw new ServerConfigError("a ready model needs a name");
     const { model, tokenizer } = source;
+    const prompts = promptsFor(tokenizer);
     return {
       name: source.name,
       model,
       tokenizer,
+      prompts,
       backend: source.backend ?? "custom",
       sampling: withTop1Default(model, source.sampling ?? {}),
       queue: new ModelQueue(source.name, queueSize),
       created,
       dispose: async () => {
+        await prompts.close();
         if (source.dispose) await model.dispose();
       },
     };
@@ -100,15 +121,20 @@ async function openModel(source: ModelSource, defaultQueue: number): Promise<Ser
   const name = source.name ?? defaultName(source.path);
   const { path, name: _name, sampling, queue, ...options } = source;
   const loaded = await loadModel(path, options);
+  const prompts = promptsFor(loaded.tokenizer);
   return {
     name,
     model: loaded.model,
     tokenizer: loaded.tokenizer,
+    prompts,
     backend: loaded.backend.detail,
     sampling: withTop1Default(loaded.model, { ...loaded.sampling, ...sampling }),
     queue: new ModelQueue(name, queueSize),
     created,
-    dispose: () => loaded.dispose(),
+    dispose: async () => {
+      await prompts.close();
+      await loaded.dispose();
+    },
   };
 }
 

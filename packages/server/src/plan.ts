@@ -59,6 +59,24 @@ export function planSampling(req: SamplingFields, served: ServedModel): Sampling
   return s;
 }
 
+/**
+ * Refuses, before encoding it, a prompt of `chars` characters that cannot fit: no token stands for
+ * more than `maxTokenChars` characters, so it needs at least chars / maxTokenChars tokens. This
+ * bounds what a request can make the server tokenize by the model's context.
+ */
+export function promptCanFit(chars: number, served: ServedModel, param: string): void {
+  const ctx = served.model.contextLength;
+  const atLeast = Math.ceil(chars / served.tokenizer.maxTokenChars);
+  if (atLeast > ctx) {
+    throw new ApiError(
+      400,
+      `This model's maximum context length is ${ctx} tokens, but the prompt is at least ${atLeast} tokens ` +
+        `(${chars} characters). Shorten the ${param}, or serve a model converted with a longer context.`,
+      { param, code: "context_length_exceeded" },
+    );
+  }
+}
+
 /** A prompt longer than the model's context is the client's to fix: 400, as OpenAI answers. */
 export function promptFits(promptTokens: number, served: ServedModel, param: string): void {
   if (promptTokens === 0)

@@ -10,12 +10,14 @@
  */
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
 import Fastify, { type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from "fastify";
-import { ApiError, RequestAbortedError, ServerConfigError, toApiError } from "./errors.js";
+import { ApiError, logSafe, ServerConfigError, ServerListenError, toApiError } from "./errors.js";
 import { type ModelSource, openModels, type ServedModel } from "./models.js";
+import type { PromptTokenizerOptions } from "./prompt-tokenizer.js";
 import { registerChatCompletions } from "./routes/chat-completions.js";
 import { registerCompletions } from "./routes/completions.js";
 import type { RouteContext } from "./routes/context.js";
 import { registerInfoRoutes } from "./routes/info.js";
+import { shuttingDown } from "./routes/turn.js";
 
 export interface ServerOptions {
   /** The models to serve, each under its own name (the request's `model`). */
@@ -30,6 +32,15 @@ export interface ServerOptions {
   queue?: number;
   /** Largest request body in bytes (default 1 MiB); larger gets 413. */
   maxBodyBytes?: number;
+  /**
+   * Longest time a client may take to send its request, headers and body (default 30 s; a slower
+   * one gets 408 and is disconnected). Generation time does not count.
+   */
+  requestTimeoutMs?: number;
+  /** How long close() lets the requests in flight finish before it cuts them off (default 30 s). */
+  drainMs?: number;
+  /** Where and how long large prompts are tokenized (see PromptTokenizer). */
+  tokenize?: PromptTokenizerOptions;
   /** Called once per request when its response is complete (or the client left). */
   onRequestEnd?: (log: RequestLog) => void;
   /** fastify's logger (default off). */
@@ -64,14 +75,21 @@ export interface OpenAIServer extends AsyncDisposable {
   readonly url: string | undefined;
   /** Starts listening (options override those given to createServer); resolves with the base URL. */
   listen(o?: { host?: string; port?: number }): Promise<string>;
-  /** Aborts running generations, refuses queued requests, stops listening, disposes opened models. */
-  close(): Promise<void>;
+  /**
+   * Stops the server: no new connections, new requests and queued ones get 503, the running ones
+   * finish (up to `drainMs`, default the server's; then they are cut off with a 503 or an error
+   * event), then the models opened are disposed. A second call with a shorter `drainMs` hurries
+   * a close in progress.
+   */
+  close(o?: { drainMs?: number }): Promise<void>;
 }
 
 export const DEFAULT_HOST = "127.0.0.1";
 export const DEFAULT_PORT = 8080;
 export const DEFAULT_QUEUE = 8;
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+export const DEFAULT_DRAIN_MS = 30_000;
 
 /** Opens the models and builds the server (not yet listening: call `listen()`). */
 export async function createServer(options: ServerOptions): Promise<OpenAIServer> {
@@ -83,9 +101,12 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
   if (options.apiKey !== undefined && options.apiKey.length === 0) {
     throw new ServerConfigError("apiKey must not be empty");
   }
-  const models = await openModels(options.models, queue);
-  /** Running and queued requests, so close() can stop them and wait for them. */
-  const active = new Set<AbortController>();
+  const requestTimeout = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+  if (!Number.isInteger(requestTimeout) || requestTimeout < 1) {
+    throw new ServerConfigError(`requestTimeoutMs must be a positive integer, got ${requestTimeout}`);
+  }
+  const models = await openModels(options.models, queue, options.tokenize);
+  /** The requests' work, so close() can wait for it. */
   const inflight = new Set<Promise<unknown>>();
   const track = <T>(p: Promise<T>): Promise<T> => {
     inflight.add(p);
@@ -94,12 +115,16 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
     return p;
   };
   let closing = false;
+  const shutdown = new AbortController();
 
   const app = Fastify({
     logger: options.logger ?? false,
     bodyLimit: maxBody,
-    // Generation requests can take minutes; the client decides when to give up.
-    requestTimeout: 0,
+    // Receiving the request (headers and body) is bounded: a client trickling a byte every few
+    // seconds is cut off with 408. Generating the answer may take minutes and is not counted.
+    requestTimeout,
+    // checks for overdue requests at least every second (Node's default: 30 s)
+    http: { connectionsCheckingInterval: Math.min(1000, requestTimeout), headersTimeout: requestTimeout },
     // close() first lets running requests end (they are aborted), then drops keep-alive sockets.
     forceCloseConnections: true,
     // Requests arriving while closing get our OpenAI-shaped 503, not fastify's own body.
@@ -114,11 +139,12 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
     options.onRequestEnd?.({
       id: String(req.id),
       method: req.method,
-      url: req.url,
+      url: logSafe(req.url),
       status,
       totalMs: performance.now() - s.started,
       ...(s.turn ? { runMs: (s.turn.end ?? performance.now()) - s.turn.start } : {}),
       ...s.log,
+      ...(s.log.error !== undefined ? { error: logSafe(s.log.error) } : {}),
     });
   };
 
@@ -151,12 +177,13 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
     reply.code(404).send(e.body());
   });
 
-  const ctx: RouteContext = { models, closing: () => closing, active, track, emitLog };
+  const ctx: RouteContext = { models, closing: () => closing, shutdown: shutdown.signal, track, emitLog };
   registerInfoRoutes(app, ctx);
   registerChatCompletions(app, ctx);
   registerCompletions(app, ctx);
 
   let url: string | undefined;
+  let closed: Promise<void> | undefined;
   const server: OpenAIServer = {
     app,
     models,
@@ -166,22 +193,33 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
     async listen(o = {}) {
       const host = o.host ?? options.host ?? DEFAULT_HOST;
       const port = o.port ?? options.port ?? DEFAULT_PORT;
-      await app.listen({ host, port });
+      try {
+        await app.listen({ host, port });
+      } catch (err) {
+        throw new ServerListenError(host, port, err);
+      }
       const addr = app.server.address();
       const actualPort = typeof addr === "object" && addr ? addr.port : port;
       url = `http://${host.includes(":") ? `[${host}]` : host}:${actualPort}`;
       return url;
     },
-    async close() {
-      if (closing) return;
-      closing = true;
-      const why = new RequestAbortedError("the server is shutting down");
-      for (const m of models) m.queue.rejectWaiting(why);
-      for (const c of active) c.abort(why);
-      // An aborted generation ends after the model step in flight.
-      await Promise.allSettled([...inflight]);
-      await app.close();
-      await Promise.allSettled(models.map((m) => m.dispose()));
+    close(o = {}) {
+      const drainMs = o.drainMs ?? options.drainMs ?? DEFAULT_DRAIN_MS;
+      // the earliest deadline of all close() calls wins
+      const cut = () => shutdown.abort(shuttingDown());
+      if (drainMs <= 0) cut();
+      else setTimeout(cut, drainMs).unref();
+      closed ??= (async () => {
+        closing = true;
+        // no new connections; requests on open ones get 503 (closing), and so do the queued ones
+        if (app.server.listening) app.server.close();
+        for (const m of models) m.queue.rejectWaiting(shuttingDown());
+        // the running ones finish, or are cut off at the deadline after the model step in flight
+        await Promise.allSettled([...inflight]);
+        await app.close();
+        await Promise.allSettled(models.map((m) => m.dispose()));
+      })();
+      return closed;
     },
     async [Symbol.asyncDispose]() {
       await server.close();

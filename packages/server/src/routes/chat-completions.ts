@@ -10,7 +10,7 @@ export function registerChatCompletions(app: FastifyInstance, ctx: RouteContext)
   app.post("/v1/chat/completions", async (req, reply) => {
     const body = parseBody(chatCompletionSchema, req.body);
     const served = findModel(ctx, body.model);
-    const plan = planChat(body, served);
+    const plan = await planChat(body, served);
     return ctx.track(
       runTurn(ctx, req, reply, served, { kind: "chat", stream: plan.stream }, async (t) => {
         const chat = new ChatTurn(plan);
@@ -44,6 +44,7 @@ export function registerChatCompletions(app: FastifyInstance, ctx: RouteContext)
             if (chat.done) t.cutoff.abort();
           },
         });
+        t.checkShutdown();
         const { delta, finishReason } = chat.finish(result);
         t.log.finishReason = t.clientGone() ? "abort" : finishReason;
         t.log.promptTokens = result.stats.promptTokens;

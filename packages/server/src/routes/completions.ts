@@ -10,7 +10,7 @@ export function registerCompletions(app: FastifyInstance, ctx: RouteContext): vo
   app.post("/v1/completions", async (req, reply) => {
     const body = parseBody(completionSchema, req.body);
     const served = findModel(ctx, body.model);
-    const plan = planCompletion(body, served);
+    const plan = await planCompletion(body, served);
     return ctx.track(
       runTurn(ctx, req, reply, served, { kind: "completion", stream: plan.stream }, async (t) => {
         const raw = new RawTextStream(served.tokenizer, plan.stop);
@@ -34,6 +34,7 @@ export function registerCompletions(app: FastifyInstance, ctx: RouteContext): vo
               }
             : undefined,
         });
+        t.checkShutdown();
         const finishReason = result.finishReason === "length" ? "length" : "stop";
         t.log.finishReason = t.clientGone() ? "abort" : finishReason;
         t.log.promptTokens = result.stats.promptTokens;

@@ -23,8 +23,8 @@ export interface RouteContext {
   readonly models: readonly ServedModel[];
   /** True once close() began. */
   readonly closing: () => boolean;
-  /** Running and queued requests, so close() can stop them. */
-  readonly active: Set<AbortController>;
+  /** Fires when close() stops waiting for the requests in flight (its drain time is over). */
+  readonly shutdown: AbortSignal;
   /** Registers a request's work so close() can wait for it. */
   track<T>(p: Promise<T>): Promise<T>;
   /** Sends the request's log line (once). */

@@ -29,6 +29,8 @@ export interface Turn {
   readonly cutoff: AbortController;
   /** True when the client has gone. */
   readonly clientGone: () => boolean;
+  /** Throws the 503 when the generation was cut short by the end of the server's drain time. */
+  readonly checkShutdown: () => void;
   readonly log: Partial<RequestLog>;
 }
 
@@ -53,7 +55,7 @@ export async function runTurn(
   o: { kind: TurnKind; stream: boolean },
   answer: (t: Turn) => Promise<unknown>,
 ): Promise<unknown> {
-  if (ctx.closing()) throw new ApiError(503, "the server is shutting down", { code: "server_closing" });
+  if (ctx.closing()) throw shuttingDown();
   const log = req.anemll.log;
   log.model = served.name;
   log.stream = o.stream;
@@ -64,7 +66,6 @@ export async function runTurn(
     if (!res.writableFinished) client.abort(new RequestAbortedError("the client disconnected"));
   };
   res.on("close", onClose);
-  ctx.active.add(client);
 
   const queuedAt = performance.now();
   let release: () => void;
@@ -72,7 +73,6 @@ export async function runTurn(
     release = await served.queue.acquire(client.signal);
   } catch (err) {
     res.off("close", onClose);
-    ctx.active.delete(client);
     if (client.signal.aborted) {
       log.finishReason = "abort";
       ctx.emitLog(req, 499);
@@ -98,9 +98,13 @@ export async function runTurn(
     served,
     base,
     sse,
-    signal: AbortSignal.any([client.signal, cutoff.signal]),
+    signal: AbortSignal.any([client.signal, cutoff.signal, ctx.shutdown]),
     cutoff,
     clientGone: () => client.signal.aborted,
+    checkShutdown: () => {
+      if (ctx.shutdown.aborted && !client.signal.aborted)
+        throw shuttingDown("the server shut down before this request finished");
+    },
     log,
   };
 
@@ -134,8 +138,12 @@ export async function runTurn(
     turnTime.end = performance.now();
     release();
     res.off("close", onClose);
-    ctx.active.delete(client);
   }
+}
+
+/** 503 for requests the server will not (or did not) finish because it is stopping. */
+export function shuttingDown(message = "the server is shutting down"): ApiError {
+  return new ApiError(503, message, { code: "server_closing", headers: { "retry-after": "5" } });
 }
 
 /** The client left: drop the connection (it may linger half-open and hold up close()). */
