@@ -1,4 +1,6 @@
+import { spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
+import { createServer as createNetServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
@@ -105,5 +107,57 @@ describe("anemll-qwen35 serve", () => {
     const missing = await cli("serve", join(dir, "nope"), "--port", "0");
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/nope: no such folder/);
+  });
+
+  it("on SIGTERM stops taking requests, finishes the one in flight, then exits 0", async () => {
+    const child = spawn(
+      process.execPath,
+      [resolve(__dirname, "../dist/cli.js"), "serve", dir, "--backend", "reference", "--port", "0"],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+    const url = await new Promise<string>((ok, fail) => {
+      const t = setInterval(() => {
+        const m = /serving the OpenAI API at (http:\/\/[\d.:]+)\/v1/.exec(stdout);
+        if (m) {
+          clearInterval(t);
+          ok(m[1]);
+        }
+      }, 20);
+      exited.then(() => fail(new Error(`serve exited: ${stderr}`)));
+    });
+    const answer = fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "Hi" }], max_tokens: 60 }),
+    }).then(async (r) => ({ status: r.status, body: await json(r) }));
+    // the request is running when the signal comes
+    const busy = async () => (await fetch(`${url}/health`).then(json)).models[0].busy === true;
+    for (let i = 0; i < 500 && !(await busy()); i++) await new Promise((r) => setTimeout(r, 10));
+    child.kill("SIGTERM");
+    const r = await answer;
+    expect(r.status).toBe(200);
+    expect(r.body.usage.completion_tokens).toBe(60);
+    expect(await exited).toBe(0);
+    expect(stderr).toMatch(/stopping: no new requests; finishing the 1 in flight \(up to 30 s/);
+    expect(stderr).toMatch(/POST \/v1\/chat\/completions 200 · tiny · \d+\+60 tok · length/);
+  }, 60_000);
+
+  it("says plainly when the port is in use (exit 1, no stack trace)", async () => {
+    const taken = createNetServer();
+    await new Promise<void>((r) => taken.listen(0, "127.0.0.1", r));
+    const port = (taken.address() as { port: number }).port;
+    try {
+      const r = await cli("serve", dir, "--backend", "reference", "--port", String(port));
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(new RegExp(`error: port ${port} on 127.0.0.1 is already in use`));
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+    } finally {
+      taken.close();
+    }
   });
 });

@@ -66,8 +66,8 @@ export async function openModels(
   // one tokenizer worker per tokenizer object, whichever models share it
   const prompts = new Map<Tokenizer, PromptTokenizer>();
   const promptsFor = (t: Tokenizer) => {
-    let p = prompts.get(t);
-    if (!p) prompts.set(t, (p = new PromptTokenizer(t, tokenize)));
+    const p = prompts.get(t) ?? new PromptTokenizer(t, tokenize);
+    prompts.set(t, p);
     return p;
   };
   try {

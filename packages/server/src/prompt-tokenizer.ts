@@ -31,7 +31,7 @@ interface Pending {
   readonly reject: (err: unknown) => void;
 }
 
-type Reply = { ids: Int32Array } | { error: { code?: string; message: string } };
+type Reply = { ready: true } | { ids: Int32Array } | { error: { code?: string; message: string } };
 
 export interface PromptTokenizerOptions {
   /** Longest time one prompt may take in the worker (default 20 s); it is refused with a 400 after. */
@@ -42,6 +42,8 @@ export interface PromptTokenizerOptions {
 
 export class PromptTokenizer {
   private worker: Worker | undefined;
+  /** The worker has built its tokenizer (a job's time limit starts only then). */
+  private ready = false;
   private readonly line: Pending[] = [];
   private current: { pending: Pending; timer: NodeJS.Timeout } | undefined;
   private readonly timeoutMs: number;
@@ -96,8 +98,9 @@ export class PromptTokenizer {
 
   private next(): void {
     if (this.current || this.line.length === 0) return;
-    const pending = this.line.shift() as Pending;
     const worker = this.ensureWorker();
+    if (!this.ready) return; // next() runs again when it is
+    const pending = this.line.shift() as Pending;
     const timer = setTimeout(() => {
       // the worker cannot be interrupted mid-encode: replace it
       void this.stopWorker();
@@ -129,30 +132,54 @@ export class PromptTokenizer {
     if (this.worker) return this.worker;
     const worker = new Worker(new URL("./prompt-worker.js", import.meta.url), {
       workerData: this.tokenizer.definition,
+      execArgv: withoutConditions(process.execArgv),
     });
     worker.unref(); // an idle tokenizer does not keep the process alive
     // a replaced worker's last words are not about the current job
     worker.on("message", (r: Reply) => {
       if (this.worker !== worker) return;
+      if ("ready" in r) {
+        this.ready = true;
+        this.next();
+        return;
+      }
       this.settle((p) => ("ids" in r ? p.resolve(Array.from(r.ids)) : p.reject(fromWorker(r.error))));
     });
     worker.on("error", (err) => {
       if (this.worker !== worker) return;
       this.worker = undefined;
-      this.settle((p) => p.reject(err));
+      // a worker that failed to start fails everyone waiting for it; a job's failure, that job
+      if (!this.ready) for (const p of this.line.splice(0)) p.reject(err);
+      else this.settle((p) => p.reject(err));
     });
     worker.on("exit", () => {
       if (this.worker === worker) this.worker = undefined;
     });
     this.worker = worker;
+    this.ready = false;
     return worker;
   }
 
   private async stopWorker(): Promise<void> {
     const w = this.worker;
     this.worker = undefined;
+    this.ready = false;
     if (w) await w.terminate();
   }
+}
+
+/**
+ * The parent's node options less `--conditions` (e.g. `tsx --conditions=source`, which would point
+ * the worker's import of @anemll-qwen35/generate at TypeScript sources it has no loader for).
+ */
+export function withoutConditions(execArgv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < execArgv.length; i++) {
+    const a = execArgv[i];
+    if (a === "--conditions" || a === "-C") i++;
+    else if (!a.startsWith("--conditions=") && !a.startsWith("-C=")) out.push(a);
+  }
+  return out;
 }
 
 function run(tokenizer: Tokenizer, job: PromptJob): number[] {

@@ -19,3 +19,4 @@ parentPort.on("message", (job) => {
     parentPort.postMessage({ error: { code: err?.code, message: err?.message ?? String(err) } });
   }
 });
+parentPort.postMessage({ ready: true });

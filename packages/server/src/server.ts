@@ -10,7 +10,14 @@
  */
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
 import Fastify, { type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from "fastify";
-import { ApiError, logSafe, ServerConfigError, ServerListenError, toApiError } from "./errors.js";
+import {
+  ApiError,
+  logSafe,
+  RequestAbortedError,
+  ServerConfigError,
+  ServerListenError,
+  toApiError,
+} from "./errors.js";
 import { type ModelSource, openModels, type ServedModel } from "./models.js";
 import type { PromptTokenizerOptions } from "./prompt-tokenizer.js";
 import { registerChatCompletions } from "./routes/chat-completions.js";
@@ -73,6 +80,8 @@ export interface OpenAIServer extends AsyncDisposable {
   readonly models: readonly ServedModel[];
   /** `http://host:port` once listening. */
   readonly url: string | undefined;
+  /** Requests being answered or waiting for their turn. */
+  readonly inFlight: number;
   /** Starts listening (options override those given to createServer); resolves with the base URL. */
   listen(o?: { host?: string; port?: number }): Promise<string>;
   /**
@@ -190,6 +199,9 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
     get url() {
       return url;
     },
+    get inFlight() {
+      return inflight.size;
+    },
     async listen(o = {}) {
       const host = o.host ?? options.host ?? DEFAULT_HOST;
       const port = o.port ?? options.port ?? DEFAULT_PORT;
@@ -206,7 +218,8 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
     close(o = {}) {
       const drainMs = o.drainMs ?? options.drainMs ?? DEFAULT_DRAIN_MS;
       // the earliest deadline of all close() calls wins
-      const cut = () => shutdown.abort(shuttingDown());
+      // an AbortError: generation ends as aborted, and the turn answers 503 (checkShutdown)
+      const cut = () => shutdown.abort(new RequestAbortedError("the server is shutting down"));
       if (drainMs <= 0) cut();
       else setTimeout(cut, drainMs).unref();
       closed ??= (async () => {

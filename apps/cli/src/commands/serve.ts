@@ -2,6 +2,7 @@
 import type { BackendName } from "@anemll-qwen35/models";
 import {
   createServer,
+  DEFAULT_DRAIN_MS,
   DEFAULT_HOST,
   DEFAULT_PORT,
   DEFAULT_QUEUE,
@@ -11,7 +12,7 @@ import {
 import type { Command } from "commander";
 import type { Context } from "../context.js";
 import { addModelOptions, loadOptions, type ModelOptions } from "../model.js";
-import { bytes, int, UsageError } from "../options.js";
+import { bytes, int, num, UsageError } from "../options.js";
 
 /** Test seams: stop the server without a signal to the process, learn its URL. */
 export interface ServeHooks {
@@ -39,7 +40,13 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
     .option("--api-key <key>", "require Authorization: Bearer <key> (default: $ANEMLL_QWEN35_API_KEY)")
     .option("--queue <n>", "requests that may wait per model; more get 429", int("--queue", 0), DEFAULT_QUEUE)
     .option("--max-body <size>", "largest request body (e.g. 1mb, 512kb)", bytes("--max-body"), 1_000_000)
-    .option("--model-name <name>", "the name clients use for the model (one model only)");
+    .option("--model-name <name>", "the name clients use for the model (one model only)")
+    .option(
+      "--drain <seconds>",
+      "on Ctrl-C / SIGTERM, how long the requests in flight may take to finish",
+      num("--drain", 0),
+      DEFAULT_DRAIN_MS / 1000,
+    );
   addModelOptions(cmd);
   cmd.action(async (paths: string[], o) => {
     const out = ctx.output();
@@ -60,9 +67,13 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
       onRequestEnd: (l) => out.notice(logLine(l)),
     });
     const stop = new AbortController();
-    const onSignal = () => stop.abort();
-    process.once("SIGINT", onSignal);
-    process.once("SIGTERM", onSignal);
+    // the first signal drains (no new requests, the running ones finish); a second stops at once
+    const onSignal = () => {
+      if (!stop.signal.aborted) stop.abort();
+      else void server.close({ drainMs: 0 });
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
     hooks.signal?.addEventListener("abort", onSignal, { once: true });
     try {
       const url = await server.listen();
@@ -87,18 +98,24 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
           stop.signal.addEventListener("abort", () => resolve(), { once: true }),
         );
       }
-      out.notice("stopping: finishing the requests in flight…");
+      const n = server.inFlight;
+      out.notice(
+        n === 0
+          ? "stopping"
+          : `stopping: no new requests; finishing the ${n} in flight (up to ${o.drain} s; Ctrl-C again to stop now)…`,
+      );
     } finally {
+      await server.close({ drainMs: o.drain * 1000 });
       process.removeListener("SIGINT", onSignal);
       process.removeListener("SIGTERM", onSignal);
       hooks.signal?.removeEventListener("abort", onSignal);
-      await server.close();
     }
   });
 }
 
 interface ServeOptions extends ModelOptions {
   model?: string[];
+  drain?: number;
   modelName?: string;
 }
 
