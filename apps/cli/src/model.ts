@@ -78,6 +78,7 @@ export function loadOptions(o: ModelOptions, notice: (s: string) => void): LoadM
     onProgress: (e) => {
       if (e.stage === "compile" && e.state === "start")
         notice(`compiling ${e.component} for Core ML (the first ANE compile can take minutes)…`);
+      if (e.stage === "verify") notice(`checking ${e.component} against model.json's sha256 (once)…`);
     },
   };
 }

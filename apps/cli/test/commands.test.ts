@@ -70,6 +70,19 @@ describe("convert → run → verify → inspect", () => {
     expect(text.stdout).toMatch(/decode [\d.]+ tok\/s · RSS \d+ MB \(peak \d+ MB\)/);
   });
 
+  it("verify prints its threshold and exits 1 below it, or on another model's goldens", async () => {
+    const ok = await cli("verify", exact);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stdout).toMatch(/pass: needs agreement ≥ 0\.9 and cosine ≥ 0\.99/);
+    const strict = await cli("verify", exact, "--min-cosine", "1.5");
+    expect(strict.code).toBe(1);
+    expect(strict.stdout).toMatch(/FAIL: needs agreement ≥ 0\.9 and cosine ≥ 1\.5/);
+    expect(strict.stderr).toMatch(/error: agreement 1\.000, min cosine 1\.0000 is below the threshold/);
+    const other = await cli("verify", exact, "--golden", resolve(FIXTURE, "../tiny-gqa"));
+    expect(other.code).toBe(1);
+    expect(other.stderr).toMatch(/goldens in .*tiny-gqa belong to another model/);
+  });
+
   it("inspect summarises model.json and prints a component's MIL", async () => {
     const s = await cli("inspect", exact);
     expect(s.stdout).toMatch(/2 super-blocks/);
@@ -117,7 +130,7 @@ describe("convert → run → verify → inspect", () => {
     rmSync(join(broken, "embed.mlpackage", "Manifest.json"));
     r = await cli("run", broken, "Hi!", "--backend", "reference");
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/embed: could not load embed\.mlpackage/);
+    expect(r.stderr).toMatch(/embed \(embed\.mlpackage\): cannot be read .*Manifest\.json is missing/);
 
     r = await cli("convert", FIXTURE, "-o", join(work, "x"), "--ctx", "100");
     expect(r.code).toBe(2);

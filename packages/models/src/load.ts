@@ -40,6 +40,8 @@ export type LoadProgress =
       readonly seconds?: number;
     }
   | { readonly stage: "load"; readonly component: string; readonly index: number; readonly total: number }
+  /** Hashing a package to check it against model.json (once; later loads use the cached digest). */
+  | { readonly stage: "verify"; readonly component: string }
   | { readonly stage: "weights"; readonly done: number; readonly total: number };
 
 export interface LoadModelOptions {

@@ -12,7 +12,13 @@ import {
   type StepOptions,
   type StepOutput,
 } from "@anemll-qwen35/generate";
-import { type ChainManifest, ChainStepper, readChainManifest } from "@anemll-qwen35/ir/chain";
+import {
+  type ChainManifest,
+  ChainStepper,
+  readChainManifest,
+  type VerifyChainOptions,
+  verifyChainPackages,
+} from "@anemll-qwen35/ir/chain";
 import type { Backend, ComponentState, LoadedComponent } from "./backend.js";
 
 export interface LoadChainOptions {
@@ -25,7 +31,16 @@ export interface LoadChainOptions {
   contextOverflow?: "error" | "slide";
   /** "slide": the fraction of the context kept when the window moves (default 0.5). */
   slideKeep?: number;
-  onProgress?: (event: { stage: "load"; component: string; index: number; total: number }) => void;
+  /**
+   * Check every package against model.json's sha256 before loading (default true; digests are
+   * cached by the packages' file sizes and times, see ir/chain's verifyChainPackages).
+   */
+  verify?: boolean | Pick<VerifyChainOptions, "cacheFile">;
+  onProgress?: (
+    event:
+      | { stage: "load"; component: string; index: number; total: number }
+      | { stage: "verify"; component: string },
+  ) => void;
   signal?: AbortSignal;
 }
 
@@ -76,9 +91,16 @@ export class ChainRunner implements StepModel {
     this.slideKeep = o.slideKeep ?? 0.5;
   }
 
-  /** Reads model.json and loads every package through the backend. */
+  /** Reads model.json, checks the packages' digests and loads every package through the backend. */
   static async load(dir: string, options: LoadChainOptions): Promise<ChainRunner> {
     const manifest = await readChainManifest(dir);
+    if (options.verify !== false) {
+      await verifyChainPackages(dir, manifest, {
+        ...(typeof options.verify === "object" ? options.verify : {}),
+        onHash: (component) => options.onProgress?.({ stage: "verify", component }),
+        signal: options.signal,
+      });
+    }
     const loaded: LoadedComponent[] = [];
     try {
       for (const [index, entry] of manifest.components.entries()) {

@@ -1,9 +1,9 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { type ConvertOptions, convert } from "@anemll-qwen35/converter";
 import { ContextOverflowError, generate, loadTokenizer } from "@anemll-qwen35/generate";
-import { ChainManifestError } from "@anemll-qwen35/ir/chain";
+import { ChainIntegrityError, ChainManifestError } from "@anemll-qwen35/ir/chain";
 import { argmax, cosine, loadGolden, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
 import { beforeAll, describe, expect, it } from "vitest";
 import { ChainLoadError, ChainRunner, type LoadChainOptions, referenceBackend } from "../src/index.js";
@@ -119,7 +119,51 @@ describe("ChainRunner on the reference backend", () => {
       /format version 2 \(written by converter .+\) is newer than this runtime/,
     );
     writeFileSync(join(bad, "model.json"), JSON.stringify(m));
-    await expect(open(bad)).rejects.toThrow(ChainLoadError);
+    await expect(open(bad)).rejects.toThrow(/^embed \(embed\.mlpackage\): the package is missing/);
+    await expect(open(bad, { verify: false })).rejects.toThrow(ChainLoadError);
+    rmSync(bad, { recursive: true });
+  });
+
+  it("checks each package against model.json's sha256, once per change (digests cached)", async () => {
+    const dir = join(work, "corrupt");
+    cpSync(fp32Dir, dir, { recursive: true });
+    const cacheFile = join(work, "digests.json");
+    const hashed: string[] = [];
+    const load = () =>
+      open(dir, {
+        verify: { cacheFile },
+        onProgress: (e) => e.stage === "verify" && hashed.push(e.component),
+      });
+    (await load()).dispose();
+    expect(hashed).toEqual(["embed", "sb_00", "sb_01", "lm_head"]);
+    (await load()).dispose();
+    expect(hashed).toHaveLength(4); // the second load only looked at sizes and times
+    // one flipped byte in sb_01's weights
+    const weights = join(dir, "sb_01.mlpackage", "Data", "com.apple.CoreML", "weights");
+    const blob = join(weights, readdirSync(weights)[0]);
+    const bytes = readFileSync(blob);
+    bytes[bytes.length - 7] ^= 0xff;
+    writeFileSync(blob, bytes);
+    const err = await load().catch((e) => e);
+    expect(err).toBeInstanceOf(ChainIntegrityError);
+    expect(err.component).toBe("sb_01");
+    expect(err.message).toMatch(
+      /^sb_01 \(sb_01\.mlpackage\): the package is corrupt or was changed after conversion/,
+    );
+    expect(hashed.at(-1)).toBe("sb_01");
+    rmSync(dir, { recursive: true });
+  });
+
+  it("refuses a model.json whose ctx or EOS ids disagree with its packages, at load", async () => {
+    const bad = mkdtempSync(join(work, "edited-"));
+    const m = JSON.parse(readFileSync(join(fp32Dir, "model.json"), "utf8"));
+    writeFileSync(join(bad, "model.json"), JSON.stringify({ ...m, ctx: 4096 }));
+    await expect(open(bad)).rejects.toThrow(/ctx 4096 disagrees with component embed, built for 128 tokens/);
+    writeFileSync(
+      join(bad, "model.json"),
+      JSON.stringify({ ...m, tokenizer: { ...m.tokenizer, eosTokenIds: [m.model.vocabSize] } }),
+    );
+    await expect(open(bad)).rejects.toThrow(/eosTokenIds: \d+ is outside the vocabulary/);
     rmSync(bad, { recursive: true });
   });
 });

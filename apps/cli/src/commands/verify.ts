@@ -1,11 +1,21 @@
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { AnemllError } from "@anemll-qwen35/core";
 import { readChainManifest } from "@anemll-qwen35/ir/chain";
 import { argmax, cosine, hasGolden, loadGolden, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
 import { loadModel } from "@anemll-qwen35/models";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
 import { memoryLine, memoryStats } from "../generation-options.js";
-import { choice, UsageError } from "../options.js";
+import { choice, num, UsageError } from "../options.js";
+
+/** The chain does not agree with the goldens well enough, or the goldens are another model's. */
+export class VerifyError extends AnemllError {
+  constructor(message: string) {
+    super("E_VERIFY", message);
+  }
+}
 
 export interface Agreement {
   readonly steps: number;
@@ -32,6 +42,18 @@ export function registerVerify(program: Command, ctx: Context): void {
       choice("--precision", ["fp32", "fp16"] as const),
       "fp32",
     )
+    .option(
+      "--min-agreement <fraction>",
+      "fail below this greedy top-1 agreement (0…1)",
+      num("--min-agreement", 0),
+      0.9,
+    )
+    .option(
+      "--min-cosine <c>",
+      "fail below this cosine of the logits (chains with a logits head)",
+      num("--min-cosine", -1),
+      0.99,
+    )
     .action(async (dir: string, o) => {
       const out = ctx.output();
       const manifest = await readChainManifest(dir);
@@ -42,7 +64,13 @@ export function registerVerify(program: Command, ctx: Context): void {
           `no golden outputs found${goldenDir ? ` in ${goldenDir}` : ""}: pass --golden <dir> with a golden.safetensors written by tools/oracle`,
         );
       }
+      checkGoldenIsThisModel(goldenDir, manifest);
       const g = await loadGolden(goldenDir);
+      if (g.promptLogits[0]?.length !== manifest.model.vocabSize) {
+        throw new VerifyError(
+          `the goldens in ${goldenDir} have ${g.promptLogits[0]?.length} logits per token, the model ${manifest.model.vocabSize}: they belong to another model`,
+        );
+      }
       const loaded = await loadModel(dir, { backend: "reference", precision: o.precision, tokenizer: false });
       const model = loaded.model;
       try {
@@ -74,6 +102,7 @@ export function registerVerify(program: Command, ctx: Context): void {
         };
         const decodeTokensPerSecond = feeds.length > 1 ? (1000 * (feeds.length - 1)) / decodeMs : Number.NaN;
         const memory = memoryStats();
+        const passed = a.top1Agreement >= o.minAgreement && (!hasLogits || minCos >= o.minCosine);
         out.result({
           model: dir,
           golden: join(goldenDir, "golden.safetensors"),
@@ -81,6 +110,8 @@ export function registerVerify(program: Command, ctx: Context): void {
           ...a,
           decodeTokensPerSecond,
           ...memory,
+          thresholds: { minAgreement: o.minAgreement, ...(hasLogits ? { minCosine: o.minCosine } : {}) },
+          passed,
         });
         out.line(`verify ${dir} against ${goldenDir} (reference backend, ${o.precision})`);
         out.line(
@@ -89,9 +120,29 @@ export function registerVerify(program: Command, ctx: Context): void {
         if (hasLogits)
           out.line(`  max |Δlogit| ${maxDiff.toExponential(3)} · min cosine ${minCos.toFixed(6)}`);
         out.line(`  decode ${decodeTokensPerSecond.toFixed(2)} tok/s · ${memoryLine(memory)}`);
-        if (!a.tokensIdentical) process.exitCode = 1;
+        out.line(
+          `  ${passed ? "pass" : "FAIL"}: needs agreement ≥ ${o.minAgreement}${hasLogits ? ` and cosine ≥ ${o.minCosine}` : ""} (--min-agreement, --min-cosine)`,
+        );
+        if (!passed) {
+          throw new VerifyError(
+            `agreement ${a.top1Agreement.toFixed(3)}${hasLogits ? `, min cosine ${minCos.toFixed(4)}` : ""} is below the threshold ` +
+              `(agreement ≥ ${o.minAgreement}${hasLogits ? `, cosine ≥ ${o.minCosine}` : ""})`,
+          );
+        }
       } finally {
         await loaded.dispose();
       }
     });
+}
+
+/** Goldens next to a config.json are that checkpoint's: it must be the one the chain was converted from. */
+function checkGoldenIsThisModel(goldenDir: string, manifest: { source: { configSha256: string } }): void {
+  const config = join(goldenDir, "config.json");
+  if (!existsSync(config)) return;
+  const sha = createHash("sha256").update(readFileSync(config)).digest("hex");
+  if (sha !== manifest.source.configSha256) {
+    throw new VerifyError(
+      `the goldens in ${goldenDir} belong to another model: its config.json is not the one this chain was converted from`,
+    );
+  }
 }

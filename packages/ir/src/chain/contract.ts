@@ -273,6 +273,33 @@ export function parseChainManifest(json: unknown, file = CHAIN_MANIFEST_FILE): C
       "components",
     );
   }
+  // the top-level ctx is what runtimes advertise; the packages were built for their io's
+  for (const [i, c] of m.components.entries()) {
+    if (c.io.ctx !== m.ctx) {
+      throw new ChainManifestError(
+        file,
+        `ctx ${m.ctx} disagrees with component ${c.name}, built for ${c.io.ctx} tokens (was model.json edited? ` +
+          "convert again for another context length)",
+        `components.${i}.io.ctx`,
+      );
+    }
+  }
+  const badEos = m.tokenizer.eosTokenIds.find((id) => id >= m.model.vocabSize);
+  if (badEos !== undefined) {
+    throw new ChainManifestError(
+      file,
+      `tokenizer.eosTokenIds: ${badEos} is outside the vocabulary (0..${m.model.vocabSize - 1})`,
+      "tokenizer.eosTokenIds",
+    );
+  }
+  const vocab = m.components.at(-1)?.io.lmHead?.vocab;
+  if (vocab !== undefined && vocab !== m.model.vocabSize) {
+    throw new ChainManifestError(
+      file,
+      `model.vocabSize ${m.model.vocabSize} disagrees with the lm_head's ${vocab} rows`,
+      "model.vocabSize",
+    );
+  }
   return m;
 }
 

@@ -4,4 +4,5 @@
  * protocol those roles describe.
  */
 export * from "./contract.js";
+export * from "./integrity.js";
 export * from "./protocol.js";
