@@ -33,6 +33,7 @@ import { DEFAULT_LUT_GROUP_SIZE, formatWeightQuant, type WeightQuant } from "./g
 import type { WeightEncodingReport } from "./graph/weights.js";
 import { checkOutputTarget, OutputError, PARTIAL_MARKER } from "./output.js";
 import { DEFAULT_BUDGET_BYTES, type PlannedComponent, planComponents } from "./plan.js";
+import { checkTokenizerFiles } from "./tokenizer-check.js";
 
 export { OutputError } from "./output.js";
 
@@ -224,7 +225,10 @@ async function eosTokenIds(dir: string, fromConfig: readonly number[]): Promise<
   const tok = await readJson("tokenizer.json");
   const eos =
     typeof tc?.eos_token === "string" ? tc.eos_token : (tc?.eos_token as { content?: string })?.content;
-  const added = (tok?.added_tokens ?? []) as { id: number; content: string }[];
+  const added = (Array.isArray(tok?.added_tokens) ? tok.added_tokens : []) as {
+    id: number;
+    content: string;
+  }[];
   const hit = added.find((t) => t.content === eos);
   if (hit) ids.add(hit.id);
   return [...ids].filter((n) => Number.isInteger(n)).sort((a, b) => a - b);
@@ -244,6 +248,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
   await using ck = await Qwen35Checkpoint.open(dir);
   assertConvertible(ck);
   checkCtx(r.ctx, ck.config);
+  await checkTokenizerFiles(dir, ck.config, await eosTokenIds(dir, ck.config.eosTokenIds));
   const configBytes = await readFile(join(dir, "config.json"));
   const configSha = sha256(configBytes);
 

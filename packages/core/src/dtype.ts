@@ -253,3 +253,14 @@ export function fromFloat32<D extends DType>(dtype: D, src: Float32Array): Stora
   }
   return out;
 }
+
+/** Index of the first NaN or ±Inf in float storage (all exponent bits set), or -1; ints: always -1. */
+export function firstNonFinite(dtype: DType, src: Storage): number {
+  // f32: 0x7f800000; f16: 0x7c00; bf16: 0x7f80 (the exponent field)
+  const mask = dtype === "f32" ? 0x7f800000 : dtype === "f16" ? 0x7c00 : dtype === "bf16" ? 0x7f80 : 0;
+  if (mask === 0) return -1;
+  const bits =
+    dtype === "f32" ? new Uint32Array(src.buffer, src.byteOffset, src.length) : (src as Uint16Array);
+  for (let i = 0; i < bits.length; i++) if ((bits[i] & mask) === mask) return i;
+  return -1;
+}

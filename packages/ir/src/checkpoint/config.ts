@@ -132,34 +132,41 @@ const posInt = () => z.int({ error: POS_INT }).positive({ error: POS_INT });
 const nonNegInt = () =>
   z.int({ error: "a non-negative integer" }).nonnegative({ error: "a non-negative integer" });
 const posNum = () => z.number({ error: "a positive number" }).positive({ error: "a positive number" });
+/**
+ * A size with an upper bound far above every Qwen3.5 release (the largest has 60 layers, 4096 wide,
+ * 512 experts), so that a hostile config cannot make the readers allocate without end.
+ */
+const size = (max: number) =>
+  posInt().max(max, { error: `a positive integer of at most ${max.toLocaleString("en-US")}` });
 const LAYER_TYPES = ["linear_attention", "full_attention"] as const;
 
 const textSchema = z.looseObject({
   model_type: z
     .enum(["qwen3_5_text", "qwen3_5_moe_text"], { error: '"qwen3_5_text" or "qwen3_5_moe_text"' })
     .optional(),
-  vocab_size: posInt(),
-  hidden_size: posInt(),
-  num_hidden_layers: posInt(),
-  num_attention_heads: posInt(),
-  num_key_value_heads: posInt(),
-  head_dim: posInt(),
-  linear_num_key_heads: posInt(),
-  linear_num_value_heads: posInt(),
-  linear_key_head_dim: posInt(),
-  linear_value_head_dim: posInt(),
-  linear_conv_kernel_dim: posInt(),
-  intermediate_size: posInt().optional(),
+  vocab_size: size(1 << 21),
+  hidden_size: size(65_536),
+  num_hidden_layers: size(1024),
+  num_attention_heads: size(1024),
+  num_key_value_heads: size(1024),
+  head_dim: size(4096),
+  linear_num_key_heads: size(1024),
+  linear_num_value_heads: size(1024),
+  linear_key_head_dim: size(4096),
+  linear_value_head_dim: size(4096),
+  linear_conv_kernel_dim: size(64),
+  intermediate_size: size(1 << 20).optional(),
   rms_norm_eps: posNum(),
-  max_position_embeddings: posInt().optional(),
+  max_position_embeddings: size(1 << 24).optional(),
   hidden_act: z.literal("silu", { error: '"silu" (the only activation Qwen3.5 uses)' }).optional(),
   attention_bias: z.literal(false, { error: "false (Qwen3.5 has no attention biases)" }).optional(),
   layer_types: z
     .array(z.enum(LAYER_TYPES, { error: '"linear_attention" or "full_attention"' }), {
       error: "an array of layer types",
     })
+    .max(1024, { error: "at most 1,024 layer types" })
     .optional(),
-  full_attention_interval: posInt().optional(),
+  full_attention_interval: size(1024).optional(),
   rope_parameters: z
     .looseObject(
       {
@@ -191,10 +198,10 @@ const textSchema = z.looseObject({
     .array(z.int())
     .max(0, { error: "[] (every Qwen3.5 layer has the same FFN kind)" })
     .optional(),
-  num_experts: posInt().optional(),
-  num_experts_per_tok: posInt().optional(),
-  moe_intermediate_size: posInt().optional(),
-  shared_expert_intermediate_size: posInt().optional(),
+  num_experts: size(4096).optional(),
+  num_experts_per_tok: size(4096).optional(),
+  moe_intermediate_size: size(1 << 20).optional(),
+  shared_expert_intermediate_size: size(1 << 20).optional(),
   dtype: z.string({ error: "a string" }).optional(),
   torch_dtype: z.string({ error: "a string" }).optional(),
 });
@@ -406,6 +413,15 @@ export function parseQwen35Config(json: unknown, file?: string): Qwen35Config {
   for (const v of [t.eos_token_id, wrapper?.eos_token_id]) {
     if (typeof v === "number") eos.add(v);
     else if (Array.isArray(v)) for (const x of v) eos.add(x);
+  }
+  const outside = [...eos].filter((id) => id >= t.vocab_size);
+  if (outside.length > 0) {
+    throw new ConfigError(file, [
+      {
+        field: f("eos_token_id"),
+        message: `expected ids below vocab_size (${t.vocab_size}), got ${outside.join(", ")}`,
+      },
+    ]);
   }
   const keyDim = Hk * t.linear_key_head_dim;
   const valueDim = Hv * t.linear_value_head_dim;

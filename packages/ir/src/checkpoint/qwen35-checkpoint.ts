@@ -3,7 +3,14 @@
  * addressed by canonical names (see weights.ts).
  */
 import { join } from "node:path";
-import { type DType, storageFromBytes, type Tensor, tensor, tensorToFloat32 } from "@anemll-qwen35/core";
+import {
+  type DType,
+  firstNonFinite,
+  storageFromBytes,
+  type Tensor,
+  tensor,
+  tensorToFloat32,
+} from "@anemll-qwen35/core";
 import { type Qwen35Config, readQwen35Config } from "./config.js";
 import type { SafetensorsTensorInfo } from "./safetensors.js";
 import { SafetensorsCheckpoint } from "./sharded.js";
@@ -85,16 +92,29 @@ export class Qwen35Checkpoint implements AsyncDisposable {
   }
 
   /**
-   * The tensor as stored (bf16 stays bf16). `lm_head` returns the embedding when tied. A fused
+   * The tensor as stored (bf16 stays bf16); WeightError when it holds a NaN or Inf. `lm_head`
+   * returns the embedding when tied. A fused
    * expert tensor (`layers.{i}.mlp.experts.gate_up_proj` [E, 2F, D] / `down_proj` [E, D, F])
    * is assembled from per-expert 2-D tensors when the checkpoint stores them that way.
    */
   async get(canonical: string): Promise<Tensor> {
     const hf = this.resolve(canonical);
-    if (hf !== undefined) return this.tensors.read(hf);
-    const parts = this.stackedParts(canonical);
-    if (parts) return this.stack(canonical, parts);
-    throw this.missing(canonical);
+    const parts = hf === undefined ? this.stackedParts(canonical) : undefined;
+    if (hf === undefined && !parts) throw this.missing(canonical);
+    const t =
+      hf !== undefined ? await this.tensors.read(hf) : await this.stack(canonical, parts as string[][]);
+    // a NaN or Inf weight poisons every output it touches: refuse it by name
+    const bad = firstNonFinite(t.dtype, t.data);
+    if (bad >= 0) {
+      const value = tensorToFloat32(tensor(t.dtype, [1], t.data.subarray(bad, bad + 1) as never))[0];
+      throw new WeightError({
+        file: this.dir,
+        tensor: hf ?? canonical,
+        actual: String(value),
+        message: `"${hf ?? canonical}" holds ${value} (element ${bad} of [${t.shape.join(", ")}]); a checkpoint's weights must be finite`,
+      });
+    }
+    return t;
   }
 
   /** The tensor converted to fp32 (exact for bf16/f16). */

@@ -280,6 +280,28 @@ describe("config errors", () => {
     expect(e.message).toMatch(/2 problems/);
   });
 
+  it("sizes no Qwen3.5 could have are refused before anything is allocated for them", () => {
+    const raw = vl();
+    raw.text_config.num_hidden_layers = 1_000_000;
+    expectConfigError(
+      raw,
+      "text_config.num_hidden_layers",
+      /expected a positive integer of at most 1,024, got 1000000/,
+    );
+    const wide = vl();
+    wide.text_config.vocab_size = 2 ** 40;
+    expectConfigError(wide, "text_config.vocab_size", /at most 2,097,152/);
+  });
+
+  it("EOS ids outside the vocabulary", () => {
+    const raw = vl();
+    raw.text_config.eos_token_id = [5, raw.text_config.vocab_size as number];
+    expectConfigError(raw, "text_config.eos_token_id", /expected ids below vocab_size \(\d+\), got \d+/);
+    const wrapped = vl();
+    wrapped.eos_token_id = 1 << 20;
+    expectConfigError(wrapped, "text_config.eos_token_id", /got 1048576/);
+  });
+
   it("unknown model_type", () => {
     expectConfigError(
       { ...tinyConfigJson({ layout: "text" }), model_type: "qwen3_next" },
