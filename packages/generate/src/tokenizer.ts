@@ -115,6 +115,9 @@ export class Tokenizer {
     if (!isRecord(tokenizerJson.model) || !isRecord(tokenizerJson.model.vocab)) {
       throw new MalformedTokenizerFileError(source, 'expected "model.vocab" to be an object of token → id');
     }
+    // with no vocabulary every text would encode to nothing: the prompt would vanish silently
+    if (Object.keys(tokenizerJson.model.vocab).length === 0)
+      throw new MalformedTokenizerFileError(source, '"model.vocab" is empty');
     if (!isRecord(tokenizerConfig))
       throw new MalformedTokenizerFileError(configSource, "expected a JSON object");
 

@@ -106,6 +106,15 @@ describe("Tokenizer.fromJSON", () => {
 });
 
 describe("tokenizer file errors name the file", () => {
+  it("an empty vocabulary (every prompt would encode to nothing)", async () => {
+    const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
+    json.model.vocab = {};
+    expect(() => Tokenizer.fromJSON(json, {}, { source: "/m/tokenizer.json" })).toThrow(
+      /\/m\/tokenizer\.json: "model\.vocab" is empty/,
+    );
+  });
+
+
   it("missing tokenizer.json", async () => {
     const dir = join(scratch, "empty");
     await mkdir(dir, { recursive: true });
