@@ -1,5 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
+import { AnemllError } from "@anemll-qwen35/core";
 import { Tokenizer as HfTokenizer } from "@huggingface/tokenizers";
 import { type ApplyChatTemplateOptions, type ChatMessage, ChatTemplate } from "./chat-template.js";
 import { ChatTemplateError, MalformedTokenizerFileError, MissingTokenizerFileError } from "./errors.js";
@@ -27,6 +28,9 @@ export interface TokenizerDefinition {
   readonly tokenizerConfig: Record<string, unknown>;
   readonly options: TokenizerFromJsonOptions;
 }
+
+/** Text every tokenizer must encode and decode without failing (probed on load). */
+const PROBE = "Hello, world! 123 \u00e9\u4e16 \n";
 
 interface AddedTokenJson {
   id: number;
@@ -149,6 +153,9 @@ export class Tokenizer {
     let hf: HfTokenizer;
     try {
       hf = new HfTokenizer(json, tokenizerConfig);
+      // the library reads most of its config lazily: a first encode and decode surface its errors now
+      const probe = hf.encode(PROBE, { add_special_tokens: false }).ids;
+      if (probe.length > 0) hf.decode(probe);
     } catch (err) {
       throw new MalformedTokenizerFileError(
         source,
@@ -181,7 +188,21 @@ export class Tokenizer {
   /** Text → ids. Added tokens (`<|im_start|>`, `<think>`, …) written in the text become their ids. */
   encode(text: string): number[] {
     if (text.length === 0) return [];
-    return this.hf.encode(text, { add_special_tokens: false }).ids;
+    return this.library("encode", () => this.hf.encode(text, { add_special_tokens: false }).ids);
+  }
+
+  /** Runs a @huggingface/tokenizers call; its failures (a broken tokenizer.json) become typed errors. */
+  private library<T>(what: string, call: () => T): T {
+    try {
+      return call();
+    } catch (err) {
+      if (err instanceof AnemllError) throw err;
+      throw new MalformedTokenizerFileError(
+        this.definition.options.source ?? "tokenizer.json",
+        `the tokenizer failed to ${what}: ${(err as Error)?.message ?? String(err)}`,
+        { cause: err },
+      );
+    }
   }
 
   /**
@@ -196,10 +217,12 @@ export class Tokenizer {
       if (id >= 0 && id < this.vocabSize && this.hf.id_to_token(id) !== undefined) known.push(id);
     }
     if (known.length === 0) return "";
-    return this.hf.decode(known, {
-      skip_special_tokens: options.skipSpecialTokens ?? false,
-      clean_up_tokenization_spaces: this.cleanUpSpaces,
-    });
+    return this.library("decode", () =>
+      this.hf.decode(known, {
+        skip_special_tokens: options.skipSpecialTokens ?? false,
+        clean_up_tokenization_spaces: this.cleanUpSpaces,
+      }),
+    );
   }
 
   /**
@@ -304,9 +327,13 @@ export class Tokenizer {
   private encodeParts(parts: readonly { text: string; literal: boolean }[]): number[] {
     const byContent = new Map(this.addedList.filter((t) => t.special).map((t) => [t.content, t]));
     const esc = this.escaper as LiteralEscaper;
-    this.plain ??= new HfTokenizer(
-      { ...this.json, added_tokens: this.addedList.filter((t) => !t.special) },
-      this.config,
+    this.plain ??= this.library(
+      "build",
+      () =>
+        new HfTokenizer(
+          { ...this.json, added_tokens: this.addedList.filter((t) => !t.special) },
+          this.config,
+        ),
     );
     const plain = this.plain;
     const ids: number[] = [];

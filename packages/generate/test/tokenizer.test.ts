@@ -106,6 +106,14 @@ describe("Tokenizer.fromJSON", () => {
 });
 
 describe("tokenizer file errors name the file", () => {
+  it("a tokenizer.json the library only fails on when encoding (found by the reader fuzz test)", async () => {
+    const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
+    json.pre_tokenizer.pretokenizers[0].behavior = [];
+    expect(() => Tokenizer.fromJSON(json, {}, { source: "/m/tokenizer.json" })).toThrow(
+      /\/m\/tokenizer\.json: could not build the tokenizer: .*toLowerCase/,
+    );
+  });
+
   it("an empty vocabulary (every prompt would encode to nothing)", async () => {
     const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
     json.model.vocab = {};
@@ -113,7 +121,6 @@ describe("tokenizer file errors name the file", () => {
       /\/m\/tokenizer\.json: "model\.vocab" is empty/,
     );
   });
-
 
   it("missing tokenizer.json", async () => {
     const dir = join(scratch, "empty");

@@ -115,6 +115,10 @@ describe("write -> read", () => {
       path: "com.apple.CoreML/model.mlmodel",
     });
     expect(findWeightsItem(parseManifest(JSON.stringify(manifest), "m"))).toBeDefined();
+    // "__proto__" is an id like any other (found by the reader fuzz test): no item, no prototype
+    expect(() =>
+      parseManifest(JSON.stringify({ ...manifest, rootModelIdentifier: "__proto__" }), "m"),
+    ).toThrow(/rootModelIdentifier __proto__ names no item/);
     // the linear weight (512 fp16) and bias (32 fp16) live in weight.bin at 64 and 64+64+1024
     const { proto } = await readMlPackageProto(path);
     const ops = proto.mlProgram!.functions!.main.block_specializations!.CoreML8.operations!;

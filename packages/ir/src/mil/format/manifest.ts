@@ -112,7 +112,8 @@ export function parseManifest(text: string, file: string): Manifest {
   if (!entries || typeof entries !== "object" || Array.isArray(entries)) {
     throw new MlPackageError("manifest", file, "itemInfoEntries", "itemInfoEntries must be an object");
   }
-  const items: Record<string, ManifestItem> = {};
+  // no prototype: an item id such as "__proto__" is a key like any other
+  const items: Record<string, ManifestItem> = Object.create(null);
   for (const [id, raw] of Object.entries(entries as Record<string, unknown>)) {
     const item = raw as Record<string, unknown>;
     for (const key of ["path", "name", "author", "description"]) {
@@ -131,7 +132,7 @@ export function parseManifest(text: string, file: string): Manifest {
   if (typeof root !== "string" || root === "") {
     throw new MlPackageError("root", file, "rootModelIdentifier", "rootModelIdentifier is missing");
   }
-  if (!items[root]) {
+  if (!Object.hasOwn(items, root)) {
     throw new MlPackageError(
       "root",
       file,
