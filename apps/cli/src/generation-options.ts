@@ -46,3 +46,33 @@ export function memoryLine(m = memoryStats()): string {
   const mb = (b: number) => `${(b / 2 ** 20).toFixed(0)} MB`;
   return `RSS ${mb(m.rssBytes)} (peak ${mb(m.peakRssBytes)})`;
 }
+
+/** Prompts this long are announced at once; shorter ones only if no token has come after a while. */
+const ANNOUNCE_TOKENS = 64;
+const ANNOUNCE_AFTER_MS = 2000;
+
+/**
+ * Says "prefilling N prompt tokens…" on a long prompt, or when the first token is slow to come (a
+ * big model, the reference interpreter): otherwise nothing shows until the answer starts. `done`
+ * ends the wait (call it on the first chunk and when the generation ends).
+ */
+export function prefillNotice(notice: (s: string) => void): {
+  onPrefill: (n: number) => void;
+  done: () => void;
+} {
+  let timer: NodeJS.Timeout | undefined;
+  const say = (n: number) => notice(`prefilling ${n.toLocaleString("en-US")} prompt tokens…`);
+  return {
+    onPrefill: (n) => {
+      if (n >= ANNOUNCE_TOKENS) say(n);
+      else timer = setTimeout(() => say(n), ANNOUNCE_AFTER_MS).unref();
+    },
+    done: () => clearTimeout(timer),
+  };
+}
+
+/** Thinking text, dimmed on a terminal; as it is when piped (no escape codes in files). */
+export function thinkingText(text: string, stdout: unknown): string {
+  const tty = (stdout as { isTTY?: boolean }).isTTY === true && !process.env.NO_COLOR;
+  return tty ? `\x1b[2m${text}\x1b[0m` : text;
+}

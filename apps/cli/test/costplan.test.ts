@@ -25,5 +25,20 @@ describe("costplan", () => {
     expect(JSON.parse(c.stdout)).toBeTypeOf("object");
     const bad = await cli("costplan", join(work, "128"), "--chip", "z80");
     expect(bad.code).toBe(2);
+    // the reference tool's -j FILE, and the library options the README documents
+    const j = await cli(
+      "costplan",
+      join(work, "128"),
+      "-j",
+      join(work, "j.json"),
+      "--calibration",
+      "none",
+      "--compute-units",
+      "cpuOnly",
+    );
+    expect(j.code, j.stderr).toBe(0);
+    const saved = JSON.parse(readFileSync(join(work, "j.json"), "utf8"));
+    expect(saved.computeUnits).toBe("cpuOnly");
+    expect(saved.notes.join(" ")).toMatch(/calibration: none/);
   }, 120_000);
 });

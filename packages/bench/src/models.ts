@@ -151,6 +151,9 @@ export async function ensureChain(
   const cached = await reusable(dir, checkpoint, o);
   if (cached) return { dir, manifest: cached };
   log(`converting ${spec.name} (ctx ${o.ctx}, fuse ${o.fuse}, body ${o.body}, lm_head ${o.lmHead}) → ${dir}`);
+  // a line per package, and one every 10 s within a long one
+  let last = "";
+  let lastAt = 0;
   const r = await convert({
     model: checkpoint,
     out: dir,
@@ -159,6 +162,13 @@ export async function ensureChain(
     body: parseWeightQuant(o.body, "body"),
     lmHead: parseWeightQuant(o.lmHead, "lm-head"),
     resume: true,
+    onProgress: (e) => {
+      const what = e.component ?? e.stage;
+      if (what === last && performance.now() - lastAt < 10_000) return;
+      last = what;
+      lastAt = performance.now();
+      log(`converting ${spec.name}: ${Math.round(e.fraction * 100)}% ${what}`);
+    },
   });
   log(`converted ${spec.name} in ${r.seconds.toFixed(1)} s`);
   return { dir, manifest: r.manifest, convertSeconds: r.seconds };

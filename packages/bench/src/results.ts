@@ -1,7 +1,8 @@
 /**
  * Result files: validated against the schema before they are written (atomically), read back with
- * the same schema, and named `<scenario>-<date>.json` (`<scenario>-smoke-<date>.json` at smoke scale)
- * so the latest run of a day replaces the earlier one and the two scales never collide.
+ * the same schema, and named `<scenario>-<date>-<hhmmss>.json` (UTC start time;
+ * `<scenario>-smoke-…` at smoke scale) so that every run keeps its own file and the two scales never
+ * collide.
  */
 import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
@@ -12,8 +13,9 @@ import { BenchResultError } from "./errors.js";
 import { type BenchResult, benchResultSchema } from "./schema.js";
 
 export function resultStem(r: Pick<BenchResult, "scenario" | "scale" | "startedAt">): string {
-  const date = r.startedAt.slice(0, 10);
-  return r.scale === "smoke" ? `${r.scenario}-smoke-${date}` : `${r.scenario}-${date}`;
+  // 2026-12-01T10:22:33.456Z → 2026-12-01-102233
+  const when = `${r.startedAt.slice(0, 10)}-${r.startedAt.slice(11, 19).replaceAll(":", "")}`;
+  return r.scale === "smoke" ? `${r.scenario}-smoke-${when}` : `${r.scenario}-${when}`;
 }
 
 /** packages/bench/results in the repository; ./bench-results elsewhere (an installed package). */
@@ -35,8 +37,13 @@ export function validateResult(doc: unknown, file = "<result>"): BenchResult {
   return parsed.data;
 }
 
-export async function writeResult(dir: string, result: BenchResult): Promise<string> {
-  const file = join(dir, `${resultStem(result)}.json`);
+/** Writes `result` into `dir` as `<stem>.json` (default: its own stem). */
+export async function writeResult(
+  dir: string,
+  result: BenchResult,
+  stem = resultStem(result),
+): Promise<string> {
+  const file = join(dir, `${stem}.json`);
   validateResult(result, file);
   await writeFileAtomic(file, `${JSON.stringify(result, null, 2)}\n`);
   return file;

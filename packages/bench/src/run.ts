@@ -4,7 +4,7 @@
  */
 import { mkdir } from "node:fs/promises";
 import { loadavg } from "node:os";
-import { dirname, resolve } from "node:path";
+import { basename, dirname, resolve } from "node:path";
 import type { AneBackendChoice } from "./backends.js";
 import { writeChart } from "./charts.js";
 import { BenchOptionError } from "./errors.js";
@@ -81,6 +81,7 @@ export async function runScenario(name: string, o: RunScenarioOptions = {}): Pro
   const log = o.onLog ?? (() => {});
   const startedAt = new Date().toISOString();
   const machine = describeMachine();
+  log(`${name} (${scale}): preparing the models (a first full-scale run converts them: minutes)…`);
   const out = await scenario.run({
     params: scaleParams(scale, { model: o.model, tokens: o.tokens }),
     ane: o.ane ?? "auto",
@@ -109,16 +110,20 @@ export async function runScenario(name: string, o: RunScenarioOptions = {}): Pro
   await mkdir(dir, { recursive: true });
   result.charts = o.noCharts ? [] : await writeCharts(dir, result);
   const file = await writeResult(dir, result);
-  for (const line of summaryLines(result)) log(line);
+  // the summary is the caller's to print (summaryLines): the CLI prints it once, on stdout
   return { result, file, charts: result.charts.map((f) => resolve(dir, f)) };
 }
 
 /** Renders a result's charts into `dir`; returns the file names written. */
-export async function writeCharts(dir: string, result: BenchResult): Promise<string[]> {
+export async function writeCharts(
+  dir: string,
+  result: BenchResult,
+  stem = resultStem(result),
+): Promise<string[]> {
   const names: string[] = [];
   for (const c of scenarios[result.scenario].charts(result)) {
     if (c.rows.length === 0) continue;
-    names.push(...(await writeChart(dir, resultStem(result), c)));
+    names.push(...(await writeChart(dir, stem, c)));
   }
   return names;
 }
@@ -130,8 +135,10 @@ export async function writeCharts(dir: string, result: BenchResult): Promise<str
 export async function rechart(file: string): Promise<ScenarioRunResult> {
   const result = await readResult(file);
   const dir = dirname(resolve(file));
-  result.charts = await writeCharts(dir, result);
-  const written = await writeResult(dir, result);
+  // the file keeps its name (results of older versions are named by date only)
+  const stem = basename(file, ".json");
+  result.charts = await writeCharts(dir, result, stem);
+  const written = await writeResult(dir, result, stem);
   return { result, file: written, charts: result.charts.map((f) => resolve(dir, f)) };
 }
 

@@ -1,5 +1,5 @@
 /** The parts under the scenarios: statistics, speculation rounds, powermetrics parsing, the schema, per-package timing and charts. */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { f32ToF16Bits, type Tensor, tensor } from "@anemll-qwen35/core";
@@ -13,7 +13,9 @@ import {
   ComponentTimer,
   parsePowermetrics,
   promptIds,
+  rechart,
   renderSvg,
+  resultStem,
   runScenario,
   simulateRounds,
   speedup,
@@ -23,6 +25,7 @@ import {
   top2Margin,
   validateResult,
   vegaLiteSpec,
+  writeResult,
 } from "../src/index.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "bench-units-"));
@@ -110,6 +113,24 @@ describe("result schema", () => {
   });
   it("accepts a complete document", () => {
     expect(validateResult(valid()).runs[0].id).toBe("a");
+  });
+  it("two runs on one day keep two files; re-charting keeps a file's name", async () => {
+    const morning = { ...valid(), startedAt: "2026-01-01T09:05:07.000Z" };
+    const evening = { ...valid(), startedAt: "2026-01-01T21:00:00.000Z" };
+    expect(resultStem(morning)).toBe("decode-smoke-2026-01-01-090507");
+    expect(resultStem({ ...evening, scale: "full" })).toBe("decode-2026-01-01-210000");
+    const dir = join(tmp, "stems");
+    const a = await writeResult(dir, morning);
+    const b = await writeResult(dir, evening);
+    expect(a).not.toBe(b);
+    expect(readdirSync(dir).sort()).toEqual([
+      "decode-smoke-2026-01-01-090507.json",
+      "decode-smoke-2026-01-01-210000.json",
+    ]);
+    // a result named by date only (older versions) is re-charted in place
+    const old = join(dir, "decode-smoke-2026-01-01.json");
+    renameSync(a, old);
+    expect((await rechart(old)).file).toBe(old);
   });
   it("names the field that is wrong", () => {
     const bad = valid() as unknown as { runs: { metrics: { samples: unknown[] }[]; backend: string }[] };

@@ -121,6 +121,8 @@ export interface GenerateOptions {
    * does not reject. The same happens when a `for await` loop over the generation is left early.
    */
   signal?: AbortSignal;
+  /** Called once the prompt is encoded, before its prefill (which can take a while on long prompts). */
+  onPrefill?: (promptTokens: number) => void;
   /** Called with each sampled token id (an ending EOS excluded), before it is decoded. */
   onToken?: (id: number) => void;
   /** Called with each chunk as it is produced (the same chunks the iterator yields). */
@@ -305,6 +307,7 @@ class GenerationImpl implements Generation {
         detail = { type: "abort" };
       } else {
         await model.reset();
+        o.onPrefill?.(promptIds.length);
         const tp = performance.now();
         let out: StepOutput = await model.prefill(Int32Array.from(promptIds), { signal });
         prefillMs = performance.now() - tp;

@@ -2,7 +2,13 @@ import { createInterface } from "node:readline";
 import { type ChatMessage, generate } from "@anemll-qwen35/generate";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
-import { addSamplingOptions, samplingFrom, statsLine } from "../generation-options.js";
+import {
+  addSamplingOptions,
+  prefillNotice,
+  samplingFrom,
+  statsLine,
+  thinkingText,
+} from "../generation-options.js";
 import { addModelOptions, type ModelOptions, openModel } from "../model.js";
 
 const HELP = "commands: /reset (forget the conversation) · /think on|off · /exit";
@@ -61,18 +67,21 @@ export function registerChat(program: Command, ctx: Context): void {
         history.push({ role: "user", content: line });
         // the whole conversation is re-rendered each turn, so start from an empty state
         model.reset();
+        const waiting = prefillNotice(out.notice);
         const gen = generate(model, tokenizer, {
           messages: history,
+          onPrefill: waiting.onPrefill,
           enableThinking: thinking,
           maxTokens: o.maxTokens,
           sampling: samplingFrom(o),
           stop: o.stop,
         });
         for await (const chunk of gen) {
-          if (chunk.type === "thinking") out.write(`\x1b[2m${chunk.text}\x1b[0m`);
+          waiting.done();
+          if (chunk.type === "thinking") out.write(thinkingText(chunk.text, ctx.streams.stdout));
           else if (chunk.type === "text") out.write(chunk.text);
         }
-        const r = await gen;
+        const r = await gen.result.finally(waiting.done);
         out.line();
         out.notice(statsLine(r.stats, r.finishReason));
         history.push({ role: "assistant", content: r.text, reasoning_content: r.thinking || undefined });

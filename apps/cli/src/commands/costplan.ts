@@ -10,7 +10,7 @@ import {
 } from "@anemll-qwen35/costplan";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
-import { choice } from "../options.js";
+import { choice, int } from "../options.js";
 
 export function registerCostplan(program: Command, ctx: Context): void {
   const cmd = program
@@ -25,11 +25,27 @@ export function registerCostplan(program: Command, ctx: Context): void {
       choice("--chip", CHIP_IDS as readonly ChipId[]),
       "m4-pro",
     )
-    .option("--save <file>", "also write the JSON report to a file (for `costplan compare`)")
-    .option("--top <n>", "top ops to list", (v) => Number(v), 15)
+    .option(
+      "--compute-units <u>",
+      "Core ML compute units the placement assumes: cpuAndNeuralEngine, all, cpuAndGPU or cpuOnly",
+      choice("--compute-units", ["cpuAndNeuralEngine", "all", "cpuAndGPU", "cpuOnly"] as const),
+      "cpuAndNeuralEngine",
+    )
+    .option(
+      "--calibration <c>",
+      "fitted (dispatch and bandwidth fitted to Mac measurements) or none (physics only)",
+      choice("--calibration", ["fitted", "none"] as const),
+      "fitted",
+    )
+    .option("-j, --save <file>", "also write the JSON report to a file (for `costplan compare`)")
+    .option("--top <n>", "top ops to list", int("--top", 0), 15)
     .action(async (path: string, o) => {
       const out = ctx.output();
-      const report = await costplan(path, { chip: o.chip });
+      const report = await costplan(path, {
+        chip: o.chip,
+        computeUnits: o.computeUnits,
+        calibration: o.calibration,
+      });
       if (o.save) await writeFile(o.save, `${JSON.stringify(report, null, 2)}\n`);
       out.result(report);
       out.line(formatReport(report, { topOps: o.top }));

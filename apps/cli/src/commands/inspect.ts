@@ -10,7 +10,10 @@ export function registerInspect(program: Command, ctx: Context): void {
     .command("inspect")
     .description("summarise a converted model (model.json), or print the MIL text of a component or package")
     .argument("<path>", "folder written by `convert`, or a .mlpackage")
-    .option("--component <name>", "print this component's MIL program (e.g. embed, sb_00, lm_head)")
+    .option(
+      "--component <name>",
+      "print this component's MIL program: embed, lm_head, or a super-block package as `inspect <path>` lists it",
+    )
     .action(async (path: string, o) => {
       const out = ctx.output();
       if (path.replace(/\/$/, "").endsWith(".mlpackage")) {

@@ -1,7 +1,13 @@
 import { generate } from "@anemll-qwen35/generate";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
-import { addSamplingOptions, samplingFrom, statsLine } from "../generation-options.js";
+import {
+  addSamplingOptions,
+  prefillNotice,
+  samplingFrom,
+  statsLine,
+  thinkingText,
+} from "../generation-options.js";
 import { addModelOptions, type ModelOptions, openModel } from "../model.js";
 
 export function registerRun(program: Command, ctx: Context): void {
@@ -28,8 +34,10 @@ export function registerRun(program: Command, ctx: Context): void {
         ...(o.system ? [{ role: "system" as const, content: o.system }] : []),
         { role: "user" as const, content: prompt },
       ];
+      const waiting = prefillNotice(out.notice);
       const gen = generate(model, tokenizer, {
         ...(o.raw ? { prompt } : { messages }),
+        onPrefill: waiting.onPrefill,
         enableThinking: o.think ? true : o.raw ? undefined : false,
         maxTokens: o.maxTokens,
         sampling: samplingFrom(o),
@@ -37,10 +45,11 @@ export function registerRun(program: Command, ctx: Context): void {
         signal: ac.signal,
       });
       for await (const chunk of gen) {
-        if (chunk.type === "thinking") out.write(`\x1b[2m${chunk.text}\x1b[0m`);
+        waiting.done();
+        if (chunk.type === "thinking") out.write(thinkingText(chunk.text, ctx.streams.stdout));
         else if (chunk.type === "text") out.write(chunk.text);
       }
-      const r = await gen;
+      const r = await gen.result.finally(waiting.done);
       out.line();
       out.result({
         text: r.text,

@@ -4,9 +4,9 @@
  * so that downloads are shared with Python tools. Downloads go through `@huggingface/hub`.
  */
 import { existsSync, statSync } from "node:fs";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
-import { join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { AnemllError } from "@anemll-qwen35/core";
 import { downloadFileToCacheDir, listFiles, modelInfo } from "@huggingface/hub";
 
@@ -141,7 +141,7 @@ export async function resolveModelRef(ref: string, options: ResolveOptions = {})
     if (!existsSync(parsed.path) || !statSync(parsed.path).isDirectory()) {
       throw new ModelRefError(ref, `model folder ${parsed.path} does not exist`);
     }
-    return parsed.path;
+    return (await cacheEntrySnapshot(parsed.path, ref)) ?? parsed.path;
   }
   const cacheDir = options.cacheDir ?? hfHubCacheDir();
   const cached = await findCachedSnapshot(cacheDir, parsed.repo, parsed.revision);
@@ -150,11 +150,44 @@ export async function resolveModelRef(ref: string, options: ResolveOptions = {})
   if (offline) {
     throw new ModelRefError(
       ref,
-      `${parsed.repo}@${parsed.revision} is not in the Hugging Face cache at ${cacheDir} and downloads are off` +
-        " (HF_HUB_OFFLINE=1 or allowDownload: false)",
+      `${parsed.repo}@${parsed.revision} cannot be downloaded (HF_HUB_OFFLINE=1 or allowDownload: false) and ` +
+        notCachedHint(parsed.repo, cacheDir),
     );
   }
   return download(ref, parsed.repo, parsed.revision, cacheDir, options);
+}
+
+/**
+ * A Hugging Face cache entry given as a folder (`…/hub/models--Qwen--Qwen3.5-0.8B`): its snapshot
+ * for refs/main, else its newest complete one. Undefined for any other folder.
+ */
+async function cacheEntrySnapshot(dir: string, ref: string): Promise<string | undefined> {
+  if (!/^models--[^/]+--[^/]+$/.test(basename(dir)) || !existsSync(join(dir, "snapshots"))) return undefined;
+  const main = join(dir, "refs", "main");
+  if (existsSync(main)) {
+    const snapshot = join(dir, "snapshots", (await readFile(main, "utf8")).trim());
+    if (looksLikeCheckpoint(snapshot)) return snapshot;
+  }
+  const snapshots = (await readdir(join(dir, "snapshots")))
+    .map((name) => join(dir, "snapshots", name))
+    .filter(looksLikeCheckpoint)
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
+  if (snapshots.length === 0) {
+    throw new ModelRefError(
+      ref,
+      `${dir} is a Hugging Face cache entry without a complete snapshot (config.json and weights, or model.json)`,
+    );
+  }
+  return snapshots[0];
+}
+
+/** Where a reference was looked for, and what else works, for messages about a failed resolution. */
+function notCachedHint(repo: string, cacheDir: string): string {
+  return (
+    `it is not in the Hugging Face cache (looked in ${repoFolder(cacheDir, repo)}; HF_HOME or HF_HUB_CACHE ` +
+    "move the cache). Fetch it where there is a network (`huggingface-cli download " +
+    `${repo}\` fills the same cache), or give a local folder: a checkpoint or converted model, or that cache entry`
+  );
 }
 
 async function download(
@@ -214,8 +247,13 @@ async function download(
     return snapshot;
   } catch (err) {
     if (err instanceof ModelRefError || (err as Error).name === "AbortError") throw err;
-    throw new ModelRefError(ref, `could not download ${repo}@${revision}: ${(err as Error).message}`, {
-      cause: err,
-    });
+    const why = (err as Error).message;
+    // no network (or no hub): say where the model was looked for and what works offline
+    const offline = /fetch failed|ENOTFOUND|ECONNREFUSED|ETIMEDOUT|EAI_AGAIN|network/i.test(why);
+    throw new ModelRefError(
+      ref,
+      `could not download ${repo}@${revision} (${why})${offline ? `; ${notCachedHint(repo, cacheDir)}` : ""}`,
+      { cause: err },
+    );
   }
 }

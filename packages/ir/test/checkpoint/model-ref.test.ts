@@ -160,4 +160,41 @@ describe("model references", () => {
     await expect(resolveModelRef("hf:acme/missing", { cacheDir, hubUrl })).rejects.toThrow(ModelRefError);
     await expect(resolveModelRef("/no/such/dir")).rejects.toThrow(/does not exist/);
   });
+
+  it("offline, names the cache folder it looked in, HF_HOME and what works instead", async () => {
+    const cacheDir = mkdtempSync(join(tmpdir(), "hfcache-"));
+    const entry = join(cacheDir, "models--acme--gone");
+    for (const o of [
+      { allowDownload: false },
+      // nothing listens there: what a machine without a network sees ("fetch failed")
+      { hubUrl: "http://127.0.0.1:9" },
+    ]) {
+      const err = await resolveModelRef("hf:acme/gone", { cacheDir, ...o }).catch((e) => e);
+      expect(err).toBeInstanceOf(ModelRefError);
+      expect(err.message).toContain(`looked in ${entry}`);
+      expect(err.message).toMatch(/HF_HOME or HF_HUB_CACHE/);
+      expect(err.message).toMatch(/give a local folder/);
+    }
+  });
+
+  it("takes a cache entry folder (models--owner--name) as a path: refs/main, else the newest snapshot", async () => {
+    const cacheDir = mkdtempSync(join(tmpdir(), "hfcache-"));
+    const entry = join(cacheDir, "models--o--m");
+    const snapshot = (commit: string) => {
+      const d = join(entry, "snapshots", commit);
+      mkdirSync(d, { recursive: true });
+      writeFileSync(join(d, "config.json"), "{}");
+      writeFileSync(join(d, "model.safetensors"), "");
+      return d;
+    };
+    const older = snapshot("a".repeat(40));
+    await expect(resolveModelRef(entry)).resolves.toBe(older);
+    const main = snapshot("b".repeat(40));
+    mkdirSync(join(entry, "refs"));
+    writeFileSync(join(entry, "refs", "main"), "b".repeat(40));
+    await expect(resolveModelRef(entry)).resolves.toBe(main);
+    const empty = join(cacheDir, "models--o--empty");
+    mkdirSync(join(empty, "snapshots"), { recursive: true });
+    await expect(resolveModelRef(empty)).rejects.toThrow(/cache entry without a complete snapshot/);
+  });
 });
