@@ -1,0 +1,124 @@
+/**
+ * What a new user trips on: output into pipes (EPIPE, escape codes), waiting without a word, help
+ * that shows defaults as typed, bench summaries, model folders the CLI must tell apart, and a
+ * checkpoint without a tokenizer.
+ */
+import { spawn } from "node:child_process";
+import { cpSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, relative, resolve } from "node:path";
+import { convert } from "@anemll-qwen35/converter";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { cli } from "./helpers.js";
+
+const FIXTURE = resolve(__dirname, "../../../fixtures/tiny-tied");
+const CLI = resolve(__dirname, "../src/cli.ts");
+const work = mkdtempSync(join(tmpdir(), "cli-edges-"));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+const chain = join(work, "chain");
+const none = { kind: "none" } as const;
+
+beforeAll(async () => {
+  await convert({ model: FIXTURE, out: chain, ctx: 256, fuse: 1, body: none, lmHead: none });
+}, 120_000);
+
+describe("output into pipes", () => {
+  it("a reader that leaves early (| head) ends the command quietly with exit 0", async () => {
+    // a real process from the sources, its stdout a pipe closed after the first chunk
+    const child = spawn(
+      process.execPath,
+      ["--conditions=source", "--import", "tsx", CLI, "inspect", chain, "--component", "sb_00"],
+      { cwd: resolve(__dirname, ".."), stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let stderr = "";
+    child.stderr.on("data", (d) => (stderr += d));
+    child.stdout.once("data", () => child.stdout.destroy());
+    const code = await new Promise<number | null>((r) => child.on("exit", (c) => r(c)));
+    expect(stderr).not.toMatch(/EPIPE|Unhandled/);
+    expect(code).toBe(0);
+  }, 60_000);
+
+  it("thinking text has no terminal escape codes when stdout is not a terminal", async () => {
+    const r = await cli("run", chain, "Hi", "--think", "--max-tokens", "6", "--backend", "reference");
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.length).toBeGreaterThan(0);
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: looking for the escape character
+    expect(r.stdout).not.toMatch(/\x1b\[/);
+  });
+
+  it("says it is prefilling a long prompt before the first token", async () => {
+    const r = await cli(
+      "run",
+      chain,
+      "word ".repeat(80),
+      "--raw",
+      "--max-tokens",
+      "1",
+      "--backend",
+      "reference",
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/prefilling \d+ prompt tokens…/);
+  });
+});
+
+describe("help and summaries", () => {
+  it("convert --help shows the defaults as they are typed", async () => {
+    const r = await cli("convert", "--help");
+    expect(r.stdout).toMatch(/--lut <bits>[\s\S]*?\(default: 4\)/);
+    expect(r.stdout).toMatch(/--lmhead-lut <bits>[\s\S]*?\(default: 6\)/);
+    expect(r.stdout).toMatch(/--budget <size>[\s\S]*?\(default: 1\.5GB\)/);
+    expect(r.stdout).not.toMatch(/"kind"|1500000000/);
+    expect(r.stdout).toMatch(/--force/);
+  });
+
+  it("bench prints its summary once", async () => {
+    const out = join(work, "bench");
+    const r = await cli("bench", "decode", "--scale", "smoke", "--no-mlx", "--no-charts", "-o", out);
+    expect(r.code, r.stderr).toBe(0);
+    const all = `${r.stdout}\n${r.stderr}`;
+    expect(all.match(/^decode \(smoke\): (ok|partial|skipped)$/gm)).toHaveLength(1);
+    expect(r.stdout).toMatch(/wrote .*decode-smoke-\d{4}-\d{2}-\d{2}-\d{6}\.json/);
+  }, 120_000);
+});
+
+describe("which model a folder is", () => {
+  it("run --backend mlx on a converted chain says it is one", async () => {
+    const r = await cli("run", chain, "Hi", "--backend", "mlx");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/this is a converted chain \(model\.json\)/);
+  });
+
+  it("a folder with neither model.json nor config.json is an error, not a silent MLX run", async () => {
+    const empty = mkdtempSync(join(work, "empty-"));
+    const r = await cli("run", empty, "Hi");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/neither a converted chain \(model\.json, .*\) nor a Qwen3\.5 checkpoint/);
+  });
+
+  it("a checkpoint without a tokenizer runs with --tokenizer (relative to here); a missing folder is an error", async (ctx) => {
+    const { mlxAvailable } = await import("@anemll-qwen35/runtime-mlx");
+    const mlx = mlxAvailable();
+    if (!mlx.available) {
+      if (process.env.CI) throw new Error(`MLX is required in CI: ${mlx.reason}`);
+      ctx.skip(`MLX unavailable: ${mlx.reason}`);
+      return;
+    }
+    // a synthetic-style checkpoint: weights and config only
+    const bare = join(work, "bare");
+    cpSync(FIXTURE, bare, {
+      recursive: true,
+      filter: (src) => !/tokenizer|chat_template|golden/.test(src),
+    });
+    const without = await cli("run", bare, "Hi", "--max-tokens", "2");
+    expect(without.code).toBe(1);
+    expect(without.stderr).toMatch(/no tokenizer in .*bare.*--tokenizer/);
+    const rel = relative(process.cwd(), FIXTURE);
+    const withTok = await cli("--json", "run", bare, "Hi", "--max-tokens", "2", "--tokenizer", rel);
+    expect(withTok.code, withTok.stderr).toBe(0);
+    expect(JSON.parse(withTok.stdout).stats.generatedTokens).toBe(2);
+    const missing = await cli("run", bare, "Hi", "--tokenizer", join(work, "nope"));
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/no tokenizer in .*nope/);
+  }, 120_000);
+});
