@@ -11,7 +11,7 @@ import {
 } from "@anemll-qwen35/models";
 import type { ComputeUnits } from "@anemll-qwen35/runtime-ane";
 import type { Command } from "commander";
-import { choice, int } from "./options.js";
+import { COMPUTE_UNITS, choice, int } from "./options.js";
 
 export interface ModelOptions {
   backend: BackendChoice;
@@ -41,7 +41,7 @@ export function addModelOptions(cmd: Command): Command {
     .option(
       "--compute-units <u>",
       "coreml backend: cpuAndNeuralEngine, cpuOnly, cpuAndGPU or all",
-      choice("--compute-units", ["cpuAndNeuralEngine", "cpuOnly", "cpuAndGPU", "all"] as const),
+      choice("--compute-units", COMPUTE_UNITS),
       "cpuAndNeuralEngine",
     )
     .option(

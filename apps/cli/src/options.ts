@@ -4,6 +4,9 @@ import { formatWeightQuant, parseWeightQuant, type WeightQuant } from "@anemll-q
 import { AnemllError } from "@anemll-qwen35/core";
 import { Option } from "commander";
 
+/** Core ML compute units, as --compute-units takes them (run, chat, serve, costplan). */
+export const COMPUTE_UNITS = ["cpuAndNeuralEngine", "cpuOnly", "cpuAndGPU", "all"] as const;
+
 export class UsageError extends AnemllError {
   constructor(message: string) {
     super("E_USAGE", message);

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { loadGolden } from "@anemll-qwen35/ir/checkpoint";
 import { beforeAll, describe, expect, it } from "vitest";
-import { cli } from "./helpers.js";
+import { cli, mlxOrSkip } from "./helpers.js";
 
 const FIXTURE = resolve(__dirname, "../../../fixtures/tiny-tied");
 const work = mkdtempSync(join(tmpdir(), "cli-"));
@@ -172,13 +172,7 @@ describe("demo", () => {
 
 describe("run --backend mlx", () => {
   it("runs a Hugging Face checkpoint on MLX through the same generate loop", async (ctx) => {
-    const { mlxAvailable } = await import("@anemll-qwen35/runtime-mlx");
-    const mlx = mlxAvailable();
-    if (!mlx.available) {
-      if (process.env.CI) throw new Error(`MLX is required in CI: ${mlx.reason}`);
-      ctx.skip(`MLX unavailable: ${mlx.reason}`);
-      return;
-    }
+    if (!(await mlxOrSkip(ctx))) return;
     const r = await cli("--json", "run", FIXTURE, "Hi!", "--max-tokens", "4");
     expect(r.code, r.stderr).toBe(0);
     const doc = JSON.parse(r.stdout);

@@ -10,3 +10,13 @@ export async function cli(...args: string[]): Promise<{ code: number; stdout: st
   });
   return { code, stdout, stderr };
 }
+
+/** False (and the test skipped, saying why) without the MLX addon; in CI, where MLX is required, it throws. */
+export async function mlxOrSkip(ctx: { skip: (note: string) => void }): Promise<boolean> {
+  const { mlxAvailable } = await import("@anemll-qwen35/runtime-mlx");
+  const mlx = mlxAvailable();
+  if (mlx.available) return true;
+  if (process.env.CI) throw new Error(`MLX is required in CI: ${mlx.reason}`);
+  ctx.skip(`MLX unavailable: ${mlx.reason}`);
+  return false;
+}

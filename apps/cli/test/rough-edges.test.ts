@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cli } from "./helpers.js";
+import { cli, mlxOrSkip } from "./helpers.js";
 
 const FIXTURE = resolve(__dirname, "../../../fixtures/tiny-tied");
 const CLI = resolve(__dirname, "../src/cli.ts");
@@ -97,13 +97,7 @@ describe("which model a folder is", () => {
   });
 
   it("a checkpoint without a tokenizer runs with --tokenizer (relative to here); a missing folder is an error", async (ctx) => {
-    const { mlxAvailable } = await import("@anemll-qwen35/runtime-mlx");
-    const mlx = mlxAvailable();
-    if (!mlx.available) {
-      if (process.env.CI) throw new Error(`MLX is required in CI: ${mlx.reason}`);
-      ctx.skip(`MLX unavailable: ${mlx.reason}`);
-      return;
-    }
+    if (!(await mlxOrSkip(ctx))) return;
     // a synthetic-style checkpoint: weights and config only
     const bare = join(work, "bare");
     cpSync(FIXTURE, bare, {

@@ -13,7 +13,8 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { loadTokenizer, type StepModel, type StepOutput, type Tokenizer } from "@anemll-qwen35/generate";
+import { loadTokenizer } from "@anemll-qwen35/generate";
+import { EosModel } from "../test/helpers.js";
 
 const here = dirname(new URL(import.meta.url).pathname);
 const { values: args } = parseArgs({
@@ -25,33 +26,6 @@ const { values: args } = parseArgs({
     out: { type: "string" },
   },
 });
-
-/** A model that answers EOS at once: the benchmark measures the server, not generation. */
-class EosModel implements StepModel {
-  readonly outputKind = "logits" as const;
-  position = 0;
-  constructor(
-    readonly contextLength: number,
-    private readonly tokenizer: Tokenizer,
-  ) {}
-  reset(): void {
-    this.position = 0;
-  }
-  async prefill(ids: Int32Array | number[]): Promise<StepOutput> {
-    this.position += ids.length;
-    return this.eos();
-  }
-  async decode(): Promise<StepOutput> {
-    this.position++;
-    return this.eos();
-  }
-  dispose(): void {}
-  private eos(): StepOutput {
-    const logits = new Float32Array(this.tokenizer.vocabSize).fill(-5);
-    logits[this.tokenizer.eosTokenIds[0]] = 10;
-    return { logits };
-  }
-}
 
 const percentile = (sorted: number[], p: number) =>
   sorted.length === 0

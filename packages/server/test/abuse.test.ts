@@ -4,44 +4,19 @@
  * down with requests in flight. Everything here ends in well under a minute.
  */
 import { connect } from "node:net";
-import { loadTokenizer, type StepModel, type StepOutput, type Tokenizer } from "@anemll-qwen35/generate";
+import { loadTokenizer, type Tokenizer } from "@anemll-qwen35/generate";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createServer, type OpenAIServer, type RequestLog } from "../src/index.js";
-import { FIXTURE, ScriptedModel } from "./helpers.js";
+import { EosModel, FIXTURE, ScriptedModel } from "./helpers.js";
 
 // biome-ignore lint/suspicious/noExplicitAny: response bodies are inspected field by field
 type Json = any;
+const json = (r: Response): Promise<Json> => r.json();
 
 let tokenizer: Tokenizer;
 beforeAll(async () => {
   tokenizer = await loadTokenizer(FIXTURE);
 });
-
-/** Records the prompt ids it is given and answers EOS at once. */
-class RecordingModel implements StepModel {
-  readonly outputKind = "logits" as const;
-  position = 0;
-  readonly prompts: number[][] = [];
-  constructor(readonly contextLength: number) {}
-  reset(): void {
-    this.position = 0;
-  }
-  async prefill(ids: Int32Array | number[]): Promise<StepOutput> {
-    this.prompts.push(Array.from(ids));
-    this.position += ids.length;
-    return this.eos();
-  }
-  async decode(): Promise<StepOutput> {
-    this.position++;
-    return this.eos();
-  }
-  dispose(): void {}
-  private eos(): StepOutput {
-    const logits = new Float32Array(tokenizer.vocabSize).fill(-5);
-    logits[tokenizer.eosTokenIds[0]] = 10;
-    return { logits };
-  }
-}
 
 const post = (url: string, path: string, body: unknown) =>
   fetch(`${url}${path}`, {
@@ -59,13 +34,13 @@ const chat = (url: string, model: string, content: string, extra: Record<string,
 
 describe("big prompts", () => {
   let server: OpenAIServer;
-  let long: RecordingModel;
+  let long: EosModel;
   beforeAll(async () => {
-    long = new RecordingModel(262_144);
+    long = new EosModel(262_144, tokenizer);
     server = await createServer({
       models: [
         { name: "long", model: long, tokenizer },
-        { name: "short", model: new RecordingModel(4096), tokenizer },
+        { name: "short", model: new EosModel(4096, tokenizer), tokenizer },
       ],
       port: 0,
       maxBodyBytes: 2_000_000,
@@ -77,7 +52,7 @@ describe("big prompts", () => {
   it("refuses a prompt that cannot fit the context before encoding it", async () => {
     const r = await chat(server.url!, "short", "word ".repeat(200_000));
     expect(r.status).toBe(400);
-    const e = (await r.json()).error;
+    const e = (await json(r)).error;
     expect(e.code).toBe("context_length_exceeded");
     expect(e.message).toMatch(/at least \d+ tokens \(\d+ characters\)/);
   });
@@ -89,7 +64,7 @@ describe("big prompts", () => {
     const attacks = [1, 2].map(() =>
       chat(server.url!, "long", big).then(async (r) => {
         attacksDone++;
-        return { status: r.status, body: await r.json() };
+        return { status: r.status, body: await json(r) };
       }),
     );
     await new Promise((r) => setTimeout(r, 150)); // the bodies are in and being tokenized
@@ -107,7 +82,7 @@ describe("big prompts", () => {
 
   it("refuses a prompt that takes too long to tokenize, and keeps working", async () => {
     await using s = await createServer({
-      models: [{ name: "m", model: new RecordingModel(1_000_000), tokenizer }],
+      models: [{ name: "m", model: new EosModel(1_000_000, tokenizer), tokenizer }],
       port: 0,
       maxBodyBytes: 2_000_000,
       tokenize: { timeoutMs: 250 },
@@ -115,7 +90,7 @@ describe("big prompts", () => {
     const url = await s.listen();
     const r = await chat(url, "m", "word ".repeat(300_000));
     expect(r.status).toBe(400);
-    expect((await r.json()).error.code).toBe("prompt_too_costly");
+    expect((await json(r)).error.code).toBe("prompt_too_costly");
     expect((await chat(url, "m", "hi")).status).toBe(200);
     expect((await chat(url, "m", "hello ".repeat(1000))).status).toBe(200); // a new worker
   });
@@ -123,11 +98,11 @@ describe("big prompts", () => {
 
 describe("hostile requests", () => {
   let server: OpenAIServer;
-  let model: RecordingModel;
+  let model: EosModel;
   let inventor: ScriptedModel;
   const logs: RequestLog[] = [];
   beforeAll(async () => {
-    model = new RecordingModel(4096);
+    model = new EosModel(4096, tokenizer);
     inventor = new ScriptedModel(
       tokenizer,
       () =>
@@ -174,7 +149,7 @@ describe("hostile requests", () => {
       messages: [{ role: "user", content: "weather?" }],
       tools: [{ type: "function", function: { name: "get_weather" } }],
     });
-    const body = (await r.json()) as Json;
+    const body = (await json(r)) as Json;
     expect(r.status).toBe(200);
     expect(body.choices[0].message.tool_calls).toBeUndefined();
     expect(body.choices[0].finish_reason).toBe("stop");
@@ -188,7 +163,7 @@ describe("hostile requests", () => {
     ]) {
       const r = await post(server.url!, "/v1/chat/completions", body);
       expect(r.status).toBe(400);
-      expect((await r.json()).error.type).toBe("invalid_request_error");
+      expect((await json(r)).error.type).toBe("invalid_request_error");
     }
     expect(({} as Record<string, unknown>).admin).toBeUndefined();
     expect((await chat(server.url!, "m", "hi")).status).toBe(200);
@@ -198,7 +173,7 @@ describe("hostile requests", () => {
     const name = `evil\nGET /v1/models 200 · forged${"x".repeat(500_000)}`;
     const r = await chat(server.url!, name, "hi");
     expect(r.status).toBe(404);
-    const msg = (await r.json()).error.message as string;
+    const msg = (await json(r)).error.message as string;
     expect(msg.length).toBeLessThan(400);
     expect(msg).not.toContain("\n");
     const line = logs.at(-1)!;
@@ -245,7 +220,7 @@ describe("shutting down", () => {
       model,
       max_tokens: 30,
       messages: [{ role: "user", content: "go" }],
-    }).then(async (r) => ({ status: r.status, body: (await r.json()) as Json }));
+    }).then(async (r) => ({ status: r.status, body: (await json(r)) as Json }));
 
   it("drains: the running request finishes, the queued one and new ones get 503", async () => {
     const s = await createServer({ models: [{ name: "slow", model: slowModel(), tokenizer }], port: 0 });

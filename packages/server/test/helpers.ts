@@ -96,3 +96,32 @@ export class ScriptedModel implements StepModel {
     return { logits };
   }
 }
+
+/** A model that answers EOS at once and records the prompt ids it is given: for what the server does around generation. */
+export class EosModel implements StepModel {
+  readonly outputKind = "logits" as const;
+  position = 0;
+  readonly prompts: number[][] = [];
+  constructor(
+    readonly contextLength: number,
+    private readonly tokenizer: Tokenizer,
+  ) {}
+  reset(): void {
+    this.position = 0;
+  }
+  async prefill(ids: Int32Array | number[]): Promise<StepOutput> {
+    this.prompts.push(Array.from(ids));
+    this.position += ids.length;
+    return this.eos();
+  }
+  async decode(): Promise<StepOutput> {
+    this.position++;
+    return this.eos();
+  }
+  dispose(): void {}
+  private eos(): StepOutput {
+    const logits = new Float32Array(this.tokenizer.vocabSize).fill(-5);
+    logits[this.tokenizer.eosTokenIds[0]] = 10;
+    return { logits };
+  }
+}

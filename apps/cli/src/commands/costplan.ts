@@ -10,7 +10,7 @@ import {
 } from "@anemll-qwen35/costplan";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
-import { choice, int } from "../options.js";
+import { COMPUTE_UNITS, choice, int } from "../options.js";
 
 export function registerCostplan(program: Command, ctx: Context): void {
   const cmd = program
@@ -27,8 +27,8 @@ export function registerCostplan(program: Command, ctx: Context): void {
     )
     .option(
       "--compute-units <u>",
-      "Core ML compute units the placement assumes: cpuAndNeuralEngine, all, cpuAndGPU or cpuOnly",
-      choice("--compute-units", ["cpuAndNeuralEngine", "all", "cpuAndGPU", "cpuOnly"] as const),
+      `Core ML compute units the placement assumes: ${COMPUTE_UNITS.join(", ")}`,
+      choice("--compute-units", COMPUTE_UNITS),
       "cpuAndNeuralEngine",
     )
     .option(
