@@ -65,8 +65,8 @@ describe("output into pipes", () => {
 describe("help and summaries", () => {
   it("convert --help shows the defaults as they are typed", async () => {
     const r = await cli("convert", "--help");
-    expect(r.stdout).toMatch(/--lut <bits>[\s\S]*?\(default: 4\)/);
-    expect(r.stdout).toMatch(/--lmhead-lut <bits>[\s\S]*?\(default: 6\)/);
+    expect(r.stdout).toMatch(/--lut <bits>[\s\S]*?\(default: lut6\)/);
+    expect(r.stdout).toMatch(/--lmhead-lut <bits>[\s\S]*?\(default: lut6\)/);
     expect(r.stdout).toMatch(/--budget <size>[\s\S]*?\(default: 1\.5GB\)/);
     expect(r.stdout).not.toMatch(/"kind"|1500000000/);
     expect(r.stdout).toMatch(/--force/);

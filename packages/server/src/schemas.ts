@@ -6,7 +6,7 @@
  * A failed check becomes a 400 naming the field (`messages[1].content`).
  */
 import { z } from "zod";
-import { invalidParam } from "./errors.js";
+import { ApiError, invalidParam } from "./errors.js";
 
 const nullish = <T extends z.ZodType>(t: T) => t.nullish().transform((v) => v ?? undefined);
 
@@ -149,6 +149,43 @@ export const completionSchema = z.object({
   suffix: nullish(z.literal("", { error: "suffix (fill-in-the-middle) is not supported" })),
 });
 export type CompletionRequest = z.infer<typeof completionSchema>;
+
+/**
+ * The JSON parser of request bodies (instead of fastify's, whose refusal of a "__proto__" key reads
+ * "Body is not valid JSON"): a syntax error is a 400 quoting the parser, and a key that names a
+ * prototype (`__proto__`, or `prototype` inside `constructor`) anywhere is a 400 naming where.
+ */
+export function parseJsonBody(text: string): unknown {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (err) {
+    throw new ApiError(400, `We could not parse the JSON body of your request: ${(err as Error).message}`, {
+      code: "invalid_json",
+    });
+  }
+  const at = prototypeKey(v, []);
+  if (at) {
+    const where = paramOf(at);
+    throw invalidParam(
+      where,
+      `${where}: keys that name a prototype ("__proto__", "constructor"."prototype") are not accepted`,
+    );
+  }
+  return v;
+}
+
+/** The path of the first "__proto__" key, or of a "prototype" key inside a "constructor" one. */
+function prototypeKey(v: unknown, path: PropertyKey[]): PropertyKey[] | undefined {
+  if (typeof v !== "object" || v === null) return undefined;
+  const entries = Array.isArray(v) ? v.map((x, i) => [i, x] as const) : Object.entries(v);
+  for (const [k, x] of entries) {
+    if (k === "__proto__" || (k === "prototype" && path.at(-1) === "constructor")) return [...path, k];
+    const inner = prototypeKey(x, [...path, k]);
+    if (inner) return inner;
+  }
+  return undefined;
+}
 
 /** Parses a body, or throws a 400 naming the first field at fault. */
 export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.output<S> {

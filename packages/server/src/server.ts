@@ -25,6 +25,7 @@ import { registerCompletions } from "./routes/completions.js";
 import type { RouteContext } from "./routes/context.js";
 import { registerInfoRoutes } from "./routes/info.js";
 import { shuttingDown } from "./routes/turn.js";
+import { parseJsonBody } from "./schemas.js";
 
 export interface ServerOptions {
   /** The models to serve, each under its own name (the request's `model`). */
@@ -139,6 +140,16 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
     // Requests arriving while closing get our OpenAI-shaped 503, not fastify's own body.
     return503OnClosing: false,
     genReqId: () => randomUUID(),
+  });
+
+  // our JSON parser: clear 400s for syntax errors and prototype keys (see parseJsonBody)
+  app.removeContentTypeParser("application/json");
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
+    try {
+      done(null, parseJsonBody(body as string));
+    } catch (err) {
+      done(err as Error, undefined);
+    }
   });
 
   const emitLog = (req: FastifyRequest, status: number) => {

@@ -156,15 +156,31 @@ describe("hostile requests", () => {
     expect(body.choices[0].message.content).toContain("<function=delete_files>");
   });
 
-  it("answers bodies with __proto__ keys with a 400, and the server stays sound", async () => {
-    for (const body of [
-      '{"model": "m", "__proto__": {"admin": true}, "messages": [{"role": "user", "content": "hi"}]}',
-      '{"model": "m", "messages": [{"role": "user", "content": "hi", "constructor": {"prototype": {"x": 1}}}]}',
+  it("answers bodies with __proto__ keys with a 400 that says so, and the server stays sound", async () => {
+    for (const [body, param] of [
+      [
+        '{"model": "m", "__proto__": {"admin": true}, "messages": [{"role": "user", "content": "hi"}]}',
+        "__proto__",
+      ],
+      [
+        '{"model": "m", "messages": [{"role": "user", "content": "hi", "constructor": {"prototype": {"x": 1}}}]}',
+        "messages[0].constructor.prototype",
+      ],
+      [
+        '{"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"__proto__": {}}}}}]}',
+        "tools[0].function.parameters.properties.__proto__",
+      ],
     ]) {
       const r = await post(server.url!, "/v1/chat/completions", body);
       expect(r.status).toBe(400);
-      expect((await json(r)).error.type).toBe("invalid_request_error");
+      const e = (await json(r)).error;
+      expect(e).toMatchObject({ type: "invalid_request_error", param });
+      expect(e.message).toMatch(/keys that name a prototype .* are not accepted/);
     }
+    const broken = await post(server.url!, "/v1/chat/completions", '{"model": ');
+    expect((await json(broken)).error.message).toMatch(
+      /could not parse the JSON body of your request: .*JSON/,
+    );
     expect(({} as Record<string, unknown>).admin).toBeUndefined();
     expect((await chat(server.url!, "m", "hi")).status).toBe(200);
   });

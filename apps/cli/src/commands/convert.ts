@@ -125,4 +125,3 @@ export function registerConvert(program: Command, ctx: Context): void {
       }
     });
 }
-
