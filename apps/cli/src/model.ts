@@ -3,13 +3,14 @@
  * @anemll-qwen35/models' loadModel (a converted chain on Core ML or the reference interpreter, a
  * checkpoint on MLX).
  */
+
+import type { ComputeUnits } from "@anemll-qwen35/coreml";
 import {
   type BackendChoice,
   type LoadedModel,
   type LoadModelOptions,
   loadModel,
 } from "@anemll-qwen35/models";
-import type { ComputeUnits } from "@anemll-qwen35/runtime-ane";
 import type { Command } from "commander";
 import { COMPUTE_UNITS, choice, int } from "./options.js";
 

@@ -5,7 +5,7 @@
  */
 import { execFileSync } from "node:child_process";
 import { arch, cpus, loadavg, release, totalmem, type } from "node:os";
-import { coreMLAvailability } from "@anemll-qwen35/runtime-ane";
+import { coreMLAvailability } from "@anemll-qwen35/coreml";
 import { mlxAvailable } from "@anemll-qwen35/runtime-mlx";
 import type { Machine } from "./schema.js";
 

@@ -34,15 +34,16 @@ export class ComponentTimer {
 export function timedBackend(inner: Backend, timer: ComponentTimer): Backend {
   return {
     name: inner.name,
+    transfers: () => inner.transfers(),
     async load(packagePath, options): Promise<LoadedComponent> {
       const t0 = performance.now();
       const loaded = await inner.load(packagePath, options);
       timer.recordLoad(options.name, performance.now() - t0);
       return {
-        newState: () => loaded.newState(),
-        async predict(inputs, state) {
+        newState: (plan) => loaded.newState(plan),
+        async predict(inputs, state, position) {
           const t = performance.now();
-          const out = await loaded.predict(inputs, state);
+          const out = await loaded.predict(inputs, state, position);
           timer.recordPredict(options.name, performance.now() - t);
           return out;
         },

@@ -1,15 +1,11 @@
 /**
  * The tests' chain: embed → superblocks… → lm_head per token through the ir interpreter, driven by
- * ir's chain protocol (the same ChainStepper runtime-ane runs), keeping what the tests compare:
+ * ir's chain protocol (the same ChainStepper runtime-ane runs, each package's state kept by ir's
+ * HostState as the reference backend keeps it), keeping what the tests compare:
  * every package's hidden output, the embedding and the non-finite values seen.
  */
 import { f16BitsToF32, f32ToF16Bits, type Tensor, toFloat32 } from "@anemll-qwen35/core";
-import {
-  type ChainComponent,
-  type ChainComponentState,
-  ChainStepper,
-  type ComponentIO,
-} from "@anemll-qwen35/ir/chain";
+import { type ChainComponent, ChainStepper, type ComponentIO, HostState } from "@anemll-qwen35/ir/chain";
 import { argmax } from "@anemll-qwen35/ir/checkpoint";
 import { MilInterpreter, type MilState, type MlModel, type NonFiniteReport } from "@anemll-qwen35/ir/mil";
 
@@ -54,20 +50,15 @@ function component(
     flushSubnormals: opts.flushSubnormals,
     onNonFinite: "collect",
   });
-  class State implements ChainComponentState {
-    state: MilState = interp.newState();
-    reset() {
-      this.state = interp.newState();
-    }
-  }
   return {
     name,
     io: part.io,
-    newState: () => new State(),
-    predict: async (inputs, state) => {
-      const r = interp.run(inputs, { state: state instanceof State ? state.state : undefined });
+    newState: (plan) => new HostState(plan, () => (plan.coreStates.length ? interp.newState() : undefined)),
+    predict: async (inputs, state, position) => {
+      const st = state instanceof HostState ? (state as HostState<MilState | undefined>) : undefined;
+      const r = interp.run(st ? st.bind(inputs) : inputs, { state: st?.core });
       for (const n of r.nonFinite) nonFinite.push({ ...n, component: name });
-      return r.outputs;
+      return st ? st.keep(r.outputs, position).outputs : r.outputs;
     },
   };
 }

@@ -11,6 +11,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { COMPUTE_UNITS, type ComputeUnits } from "@anemll-qwen35/coreml";
 import type { MlModel } from "@anemll-qwen35/ir/mil";
 import { type AnalyzedModel, analyzeModel, defaultFunctionOf } from "./analyze.js";
 import { buildReport, type ComponentInput } from "./assemble.js";
@@ -18,8 +19,13 @@ import { FITTED_RUNTIME } from "./calibration.js";
 import { type ChainInput, loadTarget } from "./chain.js";
 import { CHIPS, type ChipId, type ChipProfile, DEFAULT_RUNTIME, type RuntimeFigures } from "./chips.js";
 import { CostplanOptionError, NativePlanUnavailableError } from "./errors.js";
-import { type CostplanAddon, loadNativeAddon, mergePlan, nativeAvailability } from "./native.js";
-import type { ComputeUnits } from "./placement.js";
+import {
+  type CostplanAddon,
+  loadNativeAddon,
+  mergePlan,
+  type NativePlan,
+  nativeAvailability,
+} from "./native.js";
 import type { CostReport } from "./report.js";
 
 export interface CostplanOptions {
@@ -46,7 +52,8 @@ export interface CostplanOptions {
   }) => void;
 }
 
-const COMPUTE_UNITS: readonly ComputeUnits[] = ["cpuAndNeuralEngine", "all", "cpuAndGPU", "cpuOnly"];
+/** How long MLComputePlan may take per package before costplan gives up on it. */
+const PLAN_TIMEOUT_MS = 10 * 60_000;
 
 function chipFrom(opt: CostplanOptions["chip"]): ChipProfile {
   if (opt === undefined) return CHIPS["m4-pro"];
@@ -121,12 +128,18 @@ export async function costplan(
     if (addon && c.path) {
       options.onProgress?.({ stage: "plan", component: c.name, index, total });
       try {
+        const multifunction = analysis.functions.length > 1;
         const r = await withCompiled(addon, c.path, async (compiled) => {
-          const plan = await addon.computePlan(compiled, units);
+          const plan = await planOf(
+            addon,
+            compiled,
+            units,
+            multifunction ? analysis.functions.map((f) => f.name) : null,
+          );
           let m: ComponentInput["measured"];
           if (measure) {
             options.onProgress?.({ stage: "measure", component: c.name, index, total });
-            const fnName = analysis.functions.length > 1 ? decodeFunction : null;
+            const fnName = multifunction ? decodeFunction : null;
             const res = await addon.measure(compiled, units, fnName, measure.warmup, measure.runs);
             m = { ms: res.averageMs, runs: res.runs, warmup: res.warmup };
           }
@@ -173,6 +186,27 @@ export async function costplan(
     chain: t.kind === "chain",
     notes,
   });
+}
+
+/**
+ * MLComputePlan of a compiled package. A multifunction package is planned once per function, with
+ * that function selected in the configuration, and each function's operations are taken from its
+ * own plan.
+ */
+async function planOf(
+  addon: CostplanAddon,
+  compiled: string,
+  units: ComputeUnits,
+  functions: readonly string[] | null,
+): Promise<NativePlan> {
+  if (!functions) return addon.computePlan(compiled, units, null, PLAN_TIMEOUT_MS);
+  const out: NativePlan["functions"][number][] = [];
+  for (const name of functions) {
+    const plan = await addon.computePlan(compiled, units, name, PLAN_TIMEOUT_MS);
+    const f = plan.functions.find((x) => x.name === name);
+    if (f) out.push(f);
+  }
+  return { functions: out };
 }
 
 /** Compiles a package into a temporary .mlmodelc, runs `fn` on it, removes it. */

@@ -1,100 +1,32 @@
 /**
- * The macOS addon (native/costplan_addon.mm) over Core ML's MLComputePlan and a measured
- * prediction loop. Loaded only on macOS 14.4+ where it was built; elsewhere
- * `nativeAvailability()` says why and the static model serves (reports then say
- * `source: "static-estimate"`). Nothing here pretends to be Core ML.
+ * Core ML's MLComputePlan and a measured prediction loop, through @anemll-qwen35/coreml's addon
+ * (macOS 14.4+ where it was built). Elsewhere `nativeAvailability()` says why and the static
+ * model serves (reports then say `source: "static-estimate"`). Nothing here pretends to be Core ML.
  */
-import { existsSync } from "node:fs";
-import { createRequire } from "node:module";
-import { release } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import {
+  type CoreMLAddon,
+  coreMLAvailability,
+  loadCoreMLAddon,
+  type NativePlan,
+  type NativePlanOp,
+} from "@anemll-qwen35/coreml";
 import type { AnalyzedFunction, AnalyzedModel } from "./analyze.js";
 import { NativePlanUnavailableError } from "./errors.js";
-import type { ComputeUnits, Device } from "./placement.js";
 import type { OpEntry } from "./report.js";
 
-/** One operation of MLComputePlan's view of a compiled program. */
-export interface NativePlanOp {
-  /** MLModelStructureProgramOperation.operatorName, e.g. "ios18.conv" or "const". */
-  readonly operatorName: string;
-  readonly outputs: readonly string[];
-  /** computeDeviceUsageForMLProgramOperation: preferredComputeDevice (null when Core ML gives none). */
-  readonly preferred: Device | null;
-  readonly supported: readonly Device[];
-  /** estimatedCostOfMLProgramOperation: weight in [0, 1] (null when Core ML gives none). */
-  readonly cost: number | null;
-}
-
-export interface NativePlan {
-  readonly functions: readonly { readonly name: string; readonly operations: readonly NativePlanOp[] }[];
-}
-
-export interface NativeMeasurement {
-  readonly averageMs: number;
-  readonly minMs: number;
-  readonly maxMs: number;
-  readonly runs: number;
-  readonly warmup: number;
-}
-
-export interface CostplanAddon {
-  /** +[MLModel compileModelAtURL:error:] into `compiledPath` (moved there from Core ML's temp dir). */
-  compile(packagePath: string, compiledPath: string): Promise<string>;
-  computePlan(compiledPath: string, computeUnits: ComputeUnits): Promise<NativePlan>;
-  measure(
-    compiledPath: string,
-    computeUnits: ComputeUnits,
-    functionName: string | null,
-    warmup: number,
-    runs: number,
-  ): Promise<NativeMeasurement>;
-  macosVersion(): string;
-}
-
-/** Darwin 23.4 = macOS 14.4, the first with MLComputePlan. */
-const MIN_DARWIN: readonly [number, number] = [23, 4];
-
-function addonPath(): string {
-  // src/ and dist/ both sit one level below the package root
-  return join(
-    dirname(fileURLToPath(import.meta.url)),
-    "..",
-    "build",
-    "Release",
-    "costplan_mlcomputeplan.node",
-  );
-}
+export type { NativeMeasurement, NativePlan, NativePlanOp } from "@anemll-qwen35/coreml";
+/** The part of the Core ML addon costplan uses. */
+export type CostplanAddon = Pick<CoreMLAddon, "compile" | "computePlan" | "measure" | "macosVersion">;
 
 export function nativeAvailability(): { available: boolean; reason?: string } {
-  if (process.platform !== "darwin") {
-    return {
-      available: false,
-      reason: `MLComputePlan needs macOS 14.4 or later; this is ${process.platform}`,
-    };
-  }
-  const [major, minor] = release().split(".").map(Number);
-  if (major < MIN_DARWIN[0] || (major === MIN_DARWIN[0] && minor < MIN_DARWIN[1])) {
-    return { available: false, reason: `MLComputePlan needs macOS 14.4 or later (Darwin ${release()})` };
-  }
-  if (!existsSync(addonPath())) {
-    return {
-      available: false,
-      reason: `the MLComputePlan addon is not built (${addonPath()}); run \`pnpm --filter @anemll-qwen35/costplan build:native\``,
-    };
-  }
-  return { available: true };
+  return coreMLAvailability("computePlan");
 }
 
-let cached: CostplanAddon | undefined;
-
 export function loadNativeAddon(): CostplanAddon {
-  if (cached) return cached;
   const status = nativeAvailability();
   if (!status.available)
     throw new NativePlanUnavailableError(status.reason ?? "MLComputePlan is unavailable");
-  cached = createRequire(import.meta.url)(addonPath()) as CostplanAddon;
-  return cached;
+  return loadCoreMLAddon("computePlan");
 }
 
 /** "ios18.conv" → "conv". */

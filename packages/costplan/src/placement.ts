@@ -6,13 +6,14 @@
  *
  * Sources are cited as in shared/reference/ane-toolchains.md (section numbers refer to it).
  */
+import type { ComputeDevice, ComputeUnits } from "@anemll-qwen35/coreml";
 import type { MilDType, ResolvedOperation } from "@anemll-qwen35/ir/mil";
 import type { Operand } from "./operands.js";
 
-export type Device = "ANE" | "CPU" | "GPU";
+export type { ComputeUnits } from "@anemll-qwen35/coreml";
+export type Device = ComputeDevice;
 /** `load`: const / constexpr_* ops, evaluated when the model loads, not per prediction. */
 export type Placement = Device | "load";
-export type ComputeUnits = "cpuAndNeuralEngine" | "all" | "cpuAndGPU" | "cpuOnly";
 
 export interface RuleContext {
   readonly r: ResolvedOperation;

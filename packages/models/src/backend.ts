@@ -7,8 +7,8 @@
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
+import { coreMLAvailability } from "@anemll-qwen35/coreml";
 import { CHAIN_MANIFEST_FILE } from "@anemll-qwen35/ir/chain";
-import { coreMLAvailability } from "@anemll-qwen35/runtime-ane";
 import { ModelLoadError } from "./errors.js";
 
 export type BackendName = "coreml" | "reference" | "mlx";

@@ -6,6 +6,7 @@
  */
 import { existsSync } from "node:fs";
 import { resolve as resolvePath } from "node:path";
+import type { ComputeUnits } from "@anemll-qwen35/coreml";
 import {
   type ChatTemplate,
   type GenerateOptions,
@@ -19,13 +20,7 @@ import {
 } from "@anemll-qwen35/generate";
 import { readChainManifest } from "@anemll-qwen35/ir/chain";
 import { type ResolveProgress, resolveModelRef } from "@anemll-qwen35/ir/checkpoint";
-import {
-  type Backend,
-  ChainRunner,
-  type ComputeUnits,
-  coreMLBackend,
-  referenceBackend,
-} from "@anemll-qwen35/runtime-ane";
+import { type Backend, ChainRunner, coreMLBackend, referenceBackend } from "@anemll-qwen35/runtime-ane";
 import { type BackendChoice, type BackendName, chooseBackend, modelKind } from "./backend.js";
 import { ModelLoadError } from "./errors.js";
 import { generationDefaults, withTop1Default } from "./generation.js";

@@ -1,17 +1,25 @@
 /**
- * A backend loads one component package and runs predictions on it. The chain runner owns every
- * buffer and decides what to feed; backends only move tensors in and out (fp16 as bit patterns).
+ * A backend loads one component package and runs predictions on it. The chain runner decides what
+ * to feed (ir's ChainStepper); the backend keeps what a package carries from step to step (its
+ * state: GDN states, io KV caches, Core ML states) and moves only the rest in and out (fp16 as bit
+ * patterns).
  */
 
 import type { Tensor } from "@anemll-qwen35/core";
-import type { ChainComponentState, ComponentIO } from "@anemll-qwen35/ir/chain";
+import type { ChainComponentState, ComponentIO, StatePlan } from "@anemll-qwen35/ir/chain";
 
-/** A Core ML state (mlstate KV) or the interpreter's equivalent; opaque to the chain runner. */
+/** The buffers a component keeps between steps; opaque to the chain runner. */
 export type ComponentState = ChainComponentState;
 
 export interface LoadedComponent {
-  newState(): ComponentState;
-  predict(inputs: Record<string, Tensor>, state?: ComponentState): Promise<Record<string, Tensor>>;
+  /** A state keeping the buffers of `plan` (zeros); see ir's ChainComponent.newState. */
+  newState(plan: StatePlan): ComponentState;
+  /** See ir's ChainComponent.predict: with a state, its buffers are bound and kept by the backend. */
+  predict(
+    inputs: Record<string, Tensor>,
+    state?: ComponentState,
+    position?: number,
+  ): Promise<Record<string, Tensor>>;
   dispose(): void;
 }
 
@@ -24,8 +32,55 @@ export interface LoadComponentOptions {
   readonly signal?: AbortSignal;
 }
 
+/** What crossed between JS and a backend since it was made, counted by the backend itself. */
+export interface TransferStats {
+  readonly predictions: number;
+  /** Tensor bytes handed to predict() (JS → backend). */
+  readonly bytesIn: number;
+  /** Tensor bytes predict() returned (backend → JS). */
+  readonly bytesOut: number;
+  /**
+   * Bytes the backend copied inside itself to keep state: KV rows written into its caches, and on
+   * Core ML any state output it had to copy because Core ML did not write into the given backing.
+   */
+  readonly bytesKept: number;
+}
+
 export interface Backend {
   /** "reference" or "coreml" (the names @anemll-qwen35/models' BackendName gives them). */
   readonly name: "reference" | "coreml";
   load(packagePath: string, options: LoadComponentOptions): Promise<LoadedComponent>;
+  /** Totals over every component this backend loaded. */
+  transfers(): TransferStats;
+}
+
+/** Bytes of tensor data in a record of tensors. */
+export function tensorBytes(tensors: Record<string, Tensor>): number {
+  let n = 0;
+  for (const t of Object.values(tensors)) n += t.data.byteLength;
+  return n;
+}
+
+/** A mutable TransferStats a backend adds to. */
+export class TransferCounter implements TransferStats {
+  predictions = 0;
+  bytesIn = 0;
+  bytesOut = 0;
+  bytesKept = 0;
+
+  add(s: TransferStats): void {
+    this.predictions += s.predictions;
+    this.bytesIn += s.bytesIn;
+    this.bytesOut += s.bytesOut;
+    this.bytesKept += s.bytesKept;
+  }
+
+  snapshot(): TransferStats {
+    return {
+      predictions: this.predictions,
+      bytesIn: this.bytesIn,
+      bytesOut: this.bytesOut,
+      bytesKept: this.bytesKept,
+    };
+  }
 }

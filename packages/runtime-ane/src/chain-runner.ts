@@ -1,7 +1,8 @@
 /**
  * ChainRunner: runs a converted chain (model.json + packages) one token at a time,
  * embed → super-block packages → lm_head, over a backend, with ir's chain protocol (ChainStepper:
- * state buffers, positions and masks from the components' roles, KV row writes, split-head merge),
+ * positions and masks from the components' roles, split-head merge; the backend keeps each
+ * package's state buffers),
  * and implements generate's StepModel so the shared text loop drives it.
  */
 import { join } from "node:path";
@@ -16,6 +17,7 @@ import {
   type ChainManifest,
   ChainStepper,
   readChainManifest,
+  type StatePlan,
   type VerifyChainOptions,
   verifyChainPackages,
 } from "@anemll-qwen35/ir/chain";
@@ -83,8 +85,9 @@ export class ChainRunner implements StepModel {
     const parts = manifest.components.map((entry, i) => ({
       name: entry.name,
       io: entry.io,
-      newState: () => loaded[i].newState(),
-      predict: (inputs: Record<string, Tensor>, state?: ComponentState) => loaded[i].predict(inputs, state),
+      newState: (plan: StatePlan) => loaded[i].newState(plan),
+      predict: (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) =>
+        loaded[i].predict(inputs, state, position),
     }));
     this.stepper = new ChainStepper(parts[0], parts.slice(1, -1), parts[parts.length - 1]);
     this.overflow = o.contextOverflow ?? "error";

@@ -1,16 +1,33 @@
 /**
- * The Core ML backend (macOS 15+): each package is compiled once to .mlmodelc in a cache keyed by
- * the package digest, then loaded with the chosen compute units and run on the addon's serial
- * queue. The first ANE compile of a large package can take minutes; later loads hit the cache.
+ * The Core ML backend (macOS 15+), over @anemll-qwen35/coreml's addon: each package is compiled
+ * once to .mlmodelc in a cache keyed by the package digest, then loaded with the chosen compute
+ * units. A package's state (GDN states as IOSurface-backed ping-pong pairs, io KV caches, its
+ * MLState) lives on the native side; per step only hidden state, position and mask go in and
+ * hidden state or logits come out. The first ANE compile of a large package can take minutes;
+ * later loads hit the cache.
  */
 import { existsSync } from "node:fs";
-import { mkdir, rename, rm } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { type Tensor, tensor } from "@anemll-qwen35/core";
-import type { IoDType } from "@anemll-qwen35/ir/chain";
-import type { Backend, ComponentState, LoadComponentOptions, LoadedComponent } from "./backend.js";
-import { type ComputeUnits, loadCoreMLAddon, type NativeState, type NativeTensor } from "./coreml-native.js";
+import {
+  type ComputeUnits,
+  loadCoreMLAddon,
+  type NativeModel,
+  type NativeOutput,
+  type NativeState,
+  type NativeStateBuffer,
+  type NativeTensor,
+} from "@anemll-qwen35/coreml";
+import type { IoDType, IoTensor, StatePlan } from "@anemll-qwen35/ir/chain";
+import {
+  type Backend,
+  type ComponentState,
+  type LoadComponentOptions,
+  type LoadedComponent,
+  TransferCounter,
+} from "./backend.js";
 
 export interface CoreMLBackendOptions {
   /** Default "cpuAndNeuralEngine". */
@@ -33,34 +50,52 @@ function toNative(t: Tensor, dtype: IoDType): NativeTensor {
   throw new TypeError(`input of dtype ${t.dtype} cannot feed a ${dtype} model input`);
 }
 
-function fromNative(t: NativeTensor): Tensor {
-  if (t.dtype === "fp16") return tensor("f16", t.shape, t.data as Uint16Array);
-  if (t.dtype === "fp32") return tensor("f32", t.shape, t.data as Float32Array);
-  return tensor("i32", t.shape, t.data as Int32Array);
+function fromNative(t: NativeOutput): Tensor {
+  if (t.dtype === "fp16") return tensor("f16", t.shape, t.data);
+  if (t.dtype === "fp32") return tensor("f32", t.shape, t.data);
+  if (t.dtype === "int32") return tensor("i32", t.shape, t.data);
+  return tensor("f32", t.shape, Float32Array.from(t.data)); // fp64: no such tensor dtype here
 }
 
+const buffer = (b: { input: IoTensor; output: IoTensor }): NativeStateBuffer => ({
+  input: b.input.name,
+  output: b.output.name,
+  shape: b.input.shape,
+  dtype: b.input.dtype,
+});
+
 class CoreMLState implements ComponentState {
+  /** A reset that failed, reported by the next prediction. */
+  failure: unknown;
   constructor(readonly native: NativeState) {}
   reset(): void {
-    this.native.reset();
+    // queued on the state's serial queue, so it lands before the next prediction
+    this.native.reset().catch((err) => {
+      this.failure = err;
+    });
   }
 }
 
 export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
   const addon = loadCoreMLAddon(); // throws CoreMLUnavailableError off macOS 15+
   const cacheDir = options.cacheDir ?? defaultCompileCacheDir();
+  const live = new Set<NativeModel>();
+  const gone = new TransferCounter(); // totals of disposed models
   return {
     name: "coreml",
+    transfers() {
+      const total = new TransferCounter();
+      total.add(gone);
+      for (const m of live) total.add(m.stats());
+      return total.snapshot();
+    },
     async load(packagePath: string, opts: LoadComponentOptions): Promise<LoadedComponent> {
       await mkdir(cacheDir, { recursive: true });
       const compiled = join(cacheDir, `${opts.sha256}.mlmodelc`);
       if (!existsSync(compiled)) {
         const started = performance.now();
         options.onCompile?.({ component: opts.name, stage: "start" });
-        const tmp = `${compiled}.tmp-${process.pid}`;
-        await rm(tmp, { recursive: true, force: true });
-        await addon.compile(packagePath, tmp);
-        await rename(tmp, compiled);
+        await addon.compile(packagePath, compiled); // atomic; a concurrent compile of the same package is fine
         options.onCompile?.({
           component: opts.name,
           stage: "done",
@@ -73,19 +108,32 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
         options.computeUnits ?? "cpuAndNeuralEngine",
         opts.functionName,
       );
+      live.add(model);
       const dtypes = new Map(opts.io.inputs.map((t) => [t.name, t.dtype]));
       return {
-        newState: () => new CoreMLState(model.newState()),
-        async predict(inputs: Record<string, Tensor>, state?: ComponentState) {
+        newState: (plan: StatePlan) =>
+          new CoreMLState(
+            model.newState({ carried: plan.carried.map(buffer), rowWritten: plan.rowWritten.map(buffer) }),
+          ),
+        async predict(inputs: Record<string, Tensor>, state?: ComponentState, position?: number) {
           const native: Record<string, NativeTensor> = {};
           for (const [name, t] of Object.entries(inputs))
             native[name] = toNative(t, dtypes.get(name) ?? "fp16");
-          const out = await model.predict(native, state instanceof CoreMLState ? state.native : undefined);
+          let st: NativeState | undefined;
+          if (state instanceof CoreMLState) {
+            if (state.failure) throw state.failure;
+            st = state.native;
+          }
+          const out = await model.predict(native, st, position);
           const result: Record<string, Tensor> = {};
           for (const [name, t] of Object.entries(out)) result[name] = fromNative(t);
           return result;
         },
-        dispose: () => model.dispose(),
+        dispose() {
+          if (!live.delete(model)) return;
+          gone.add(model.stats());
+          model.dispose();
+        },
       };
     },
   };

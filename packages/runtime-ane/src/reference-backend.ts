@@ -1,9 +1,12 @@
 /**
  * The reference backend: the ir interpreter runs the very MIL program that Core ML would run,
- * on any OS. `fp16` precision rounds every fp16 op result to fp16 as the ANE does.
+ * on any OS. `fp16` precision rounds every fp16 op result to fp16 as the ANE does. It keeps a
+ * package's state as host tensors (ir's HostState), under the same contract as Core ML's native
+ * buffers, and counts what crosses its predict() the same way.
  */
 
 import type { Tensor } from "@anemll-qwen35/core";
+import { HostState, type StatePlan } from "@anemll-qwen35/ir/chain";
 import {
   checkProgram,
   MilInterpreter,
@@ -11,7 +14,14 @@ import {
   readMlPackage,
   type WeightMode,
 } from "@anemll-qwen35/ir/mil";
-import type { Backend, ComponentState, LoadComponentOptions, LoadedComponent } from "./backend.js";
+import {
+  type Backend,
+  type ComponentState,
+  type LoadComponentOptions,
+  type LoadedComponent,
+  TransferCounter,
+  tensorBytes,
+} from "./backend.js";
 
 export interface ReferenceBackendOptions {
   /** "fp32" (default): exact math; "fp16": ANE-like rounding of every fp16 result. */
@@ -25,19 +35,13 @@ export interface ReferenceBackendOptions {
   readonly weights?: WeightMode;
 }
 
-class InterpreterState implements ComponentState {
-  constructor(
-    readonly interp: MilInterpreter,
-    public state: MilState,
-  ) {}
-  reset(): void {
-    this.state = this.interp.newState();
-  }
-}
+class InterpreterState extends HostState<MilState | undefined> implements ComponentState {}
 
 export function referenceBackend(options: ReferenceBackendOptions = {}): Backend {
+  const counter = new TransferCounter();
   return {
     name: "reference",
+    transfers: () => counter.snapshot(),
     async load(packagePath: string, opts: LoadComponentOptions): Promise<LoadedComponent> {
       const model = await readMlPackage(packagePath, { check: (m) => checkProgram(m.program) });
       const interp = new MilInterpreter(model.program, {
@@ -48,14 +52,25 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
         onNonFinite: "ignore",
       });
       return {
-        newState: () => new InterpreterState(interp, interp.newState()),
-        async predict(inputs: Record<string, Tensor>, state?: ComponentState) {
+        newState: (plan: StatePlan) =>
+          new InterpreterState(plan, () => (plan.coreStates.length ? interp.newState() : undefined)),
+        async predict(inputs: Record<string, Tensor>, state?: ComponentState, position?: number) {
           // The interpreter computes synchronously: give the event loop a turn first, so that a
           // server or UI driving the chain keeps serving I/O (and sees aborts) during generation.
           await new Promise<void>((resolve) => setImmediate(resolve));
-          const st = state instanceof InterpreterState ? state.state : undefined;
+          counter.predictions++;
+          counter.bytesIn += tensorBytes(inputs);
+          const st = state instanceof InterpreterState ? state : undefined;
           // fp32 outputs skip an fp16 bit-pattern round trip; fp16-typed inputs round them again
-          return interp.run(inputs, { state: st, outputs: "fp32" }).outputs;
+          const r = interp.run(st ? st.bind(inputs) : inputs, { state: st?.core, outputs: "fp32" }).outputs;
+          let outputs = r;
+          if (st) {
+            const kept = st.keep(r, position);
+            counter.bytesKept += kept.copied;
+            outputs = kept.outputs;
+          }
+          counter.bytesOut += tensorBytes(outputs);
+          return outputs;
         },
         dispose() {},
       };

@@ -1,5 +1,5 @@
 import { release } from "node:os";
-import { coreMLAvailability } from "@anemll-qwen35/runtime-ane";
+import { coreMLAvailability } from "@anemll-qwen35/coreml";
 import { mlxAvailable } from "@anemll-qwen35/runtime-mlx";
 import type { Command } from "commander";
 import type { Context } from "../context.js";

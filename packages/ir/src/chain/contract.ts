@@ -222,6 +222,15 @@ export type ChainManifest = Omit<z.infer<typeof chainManifestSchema>, "component
   readonly components: readonly ChainManifestComponent[];
 };
 
+/** A component broke the contract (an output it promised is missing, an input has no buffer). */
+export class ChainProtocolError extends AnemllError {
+  readonly component: string;
+  constructor(component: string, message: string) {
+    super("E_CHAIN_PROTOCOL", `${component}: ${message}`);
+    this.component = component;
+  }
+}
+
 /** model.json is missing, not JSON, or does not match the schema; `field` names the first problem. */
 export class ChainManifestError extends AnemllError {
   readonly file: string;

@@ -2,14 +2,17 @@
  * The per-token protocol of a converted chain, in one place: what a runner feeds each component
  * and what it does with the outputs, driven only by the roles in ComponentIO (see contract.ts).
  * runtime-ane's ChainRunner runs it over its backends; the converter's tests run it straight over
- * the interpreter. Buffers it owns: GDN conv/recurrent states and io KV caches (zeros at sequence
- * start), one Core ML state per mlstate component.
+ * the interpreter. The buffers a package carries between steps (GDN conv/recurrent states, io KV
+ * caches, Core ML states) are kept by the component, as its state.ts plan says: per step the
+ * protocol feeds only hidden state, position and mask, and reads back hidden state or logits.
  */
-import { AnemllError, f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
-import { argmaxToken, type ComponentIO, decodeMask, type IoTensor } from "./contract.js";
+import { f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
+import { argmaxToken, ChainProtocolError, type ComponentIO, decodeMask, type IoTensor } from "./contract.js";
+import { hostInputs, isStateless, type StatePlan, statePlan } from "./state.js";
 
-/** A component state (Core ML MLState or the interpreter's); the protocol only resets it. */
+/** What a component keeps between steps (see ChainComponent.newState); the protocol only resets it. */
 export interface ChainComponentState {
+  /** Zeroes every kept buffer (sequence start); ordered before the next predict(). */
   reset(): void;
 }
 
@@ -17,21 +20,22 @@ export interface ChainComponentState {
 export interface ChainComponent {
   readonly name: string;
   readonly io: ComponentIO;
-  newState(): ChainComponentState;
-  predict(inputs: Record<string, Tensor>, state?: ChainComponentState): Promise<Record<string, Tensor>>;
+  /** A state that keeps the buffers of `plan` (zeros) and the package's Core ML states. */
+  newState(plan: StatePlan): ChainComponentState;
+  /**
+   * One step. `inputs`: what the host feeds. With `state`, the component binds the kept buffers
+   * itself and keeps the state outputs (they are not returned); `position` is the first cache row
+   * this step writes.
+   */
+  predict(
+    inputs: Record<string, Tensor>,
+    state?: ChainComponentState,
+    position?: number,
+  ): Promise<Record<string, Tensor>>;
 }
 
 /** What the lm_head gives for one position: the full row of logits, or the arg-max pair of an argmax head. */
 export type HeadOutput = { logits: Float32Array } | { top1: { id: number; value: number } };
-
-/** A component broke the contract (an output it promised is missing, an input has no buffer). */
-export class ChainProtocolError extends AnemllError {
-  readonly component: string;
-  constructor(component: string, message: string) {
-    super("E_CHAIN_PROTOCOL", `${component}: ${message}`);
-    this.component = component;
-  }
-}
 
 export interface ChainStepResult {
   /** The embedding output. */
@@ -44,34 +48,14 @@ export interface ChainStepResult {
 
 interface Block {
   readonly c: ChainComponent;
-  /** Host buffers bound to inputs by name: GDN states and io KV caches. */
-  readonly buffers: Map<string, Tensor>;
-  state: ChainComponentState | undefined;
-}
-
-function zeros(t: IoTensor): Tensor {
-  if (t.dtype === "int32") return tensor("i32", t.shape);
-  return tensor(t.dtype === "fp16" ? "f16" : "f32", t.shape);
+  readonly inputs: readonly IoTensor[];
+  readonly hiddenOut: IoTensor;
+  readonly state: ChainComponentState | undefined;
 }
 
 function maskTensor(t: IoTensor, values: Float32Array): Tensor {
   if (t.dtype === "fp16") return tensor("f16", t.shape, Uint16Array.from(values, f32ToF16Bits));
   return tensor("f32", t.shape, values);
-}
-
-/** Writes `row` ([1, H, 1, d]) into `cache` ([1, H, ctx, d]) at `position`, converting the dtype. */
-function writeKvRow(cache: Tensor, row: Tensor, position: number): void {
-  const [, heads, ctx, d] = cache.shape;
-  const src = toFloat32(row.dtype, row.data);
-  for (let h = 0; h < heads; h++) {
-    const base = (h * ctx + position) * d;
-    if (cache.dtype === "f16") {
-      const dst = cache.data as Uint16Array;
-      for (let i = 0; i < d; i++) dst[base + i] = f32ToF16Bits(src[h * d + i]);
-    } else {
-      (cache.data as Float32Array).set(src.subarray(h * d, (h + 1) * d), base);
-    }
-  }
 }
 
 /** The lm_head's outputs merged over its vocabulary pieces. */
@@ -103,7 +87,7 @@ export function readHeadOutputs(head: ChainComponent, outputs: Record<string, Te
   return { logits };
 }
 
-/** embed → super-blocks → lm_head for one token at a time, owning every buffer the roles name. */
+/** embed → super-blocks → lm_head for one token at a time; each super-block keeps its own state. */
 export class ChainStepper {
   private readonly embed: ChainComponent;
   private readonly blocks: Block[];
@@ -111,24 +95,23 @@ export class ChainStepper {
 
   constructor(embed: ChainComponent, superblocks: readonly ChainComponent[], head: ChainComponent) {
     this.embed = embed;
-    this.blocks = superblocks.map((c) => ({ c, buffers: new Map(), state: undefined }));
+    this.blocks = superblocks.map((c) => {
+      const plan = statePlan(c.name, c.io);
+      const hiddenOut = c.io.outputs.find((t) => t.role.kind === "hidden_out");
+      if (!hiddenOut) throw new ChainProtocolError(c.name, "no output has the role hidden_out");
+      return {
+        c,
+        inputs: hostInputs(c.io),
+        hiddenOut,
+        state: isStateless(plan) ? undefined : c.newState(plan),
+      };
+    });
     this.head = head;
-    this.reset();
   }
 
   /** Zeroes every state (sequence start). */
   reset(): void {
-    for (const s of this.blocks) {
-      s.buffers.clear();
-      for (const t of s.c.io.inputs) {
-        const k = t.role.kind;
-        if (k === "gdn_conv_in" || k === "gdn_rec_in" || k === "kv_cache") s.buffers.set(t.name, zeros(t));
-      }
-      if (s.c.io.states.length) {
-        if (s.state) s.state.reset();
-        else s.state = s.c.newState();
-      }
-    }
+    for (const s of this.blocks) s.state?.reset();
   }
 
   /** Runs `token` at `position` (0 ≤ position < ctx); the lm_head only when `withHead`. */
@@ -143,28 +126,22 @@ export class ChainStepper {
     for (const s of this.blocks) {
       const io = s.c.io;
       const inputs: Record<string, Tensor> = {};
-      for (const t of io.inputs) {
+      for (const t of s.inputs) {
         const role = t.role;
         if (role.kind === "hidden_in") inputs[t.name] = hidden;
         else if (role.kind === "position") inputs[t.name] = tensor("i32", t.shape, Int32Array.of(position));
         else if (role.kind === "mask")
           inputs[t.name] = maskTensor(t, decodeMask(role.rule, io.ctx, position));
-        else {
-          const buf = s.buffers.get(t.name);
-          if (!buf)
-            throw new ChainProtocolError(s.c.name, `no buffer for input ${t.name} (role ${role.kind})`);
-          inputs[t.name] = buf;
-        }
+        else
+          throw new ChainProtocolError(
+            s.c.name,
+            `input ${t.name} (role ${role.kind}) is not the host's to feed`,
+          );
       }
-      const r = await s.c.predict(inputs, s.state);
-      for (const t of io.outputs) {
-        const role = t.role;
-        const v = r[t.name];
-        if (!v) throw new ChainProtocolError(s.c.name, `the package did not return output ${t.name}`);
-        if (role.kind === "hidden_out") hidden = v;
-        else if (role.kind === "gdn_conv_out" || role.kind === "gdn_rec_out") s.buffers.set(role.next, v);
-        else if (role.kind === "kv_new") writeKvRow(s.buffers.get(role.cache) as Tensor, v, position);
-      }
+      const r = await s.c.predict(inputs, s.state, position);
+      const v = r[s.hiddenOut.name];
+      if (!v) throw new ChainProtocolError(s.c.name, `the package did not return output ${s.hiddenOut.name}`);
+      hidden = v;
       hiddens.push(hidden);
     }
     if (!withHead) return { embedded, hidden: hiddens };

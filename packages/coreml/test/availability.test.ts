@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { CoreMLUnavailableError, coreMLAvailability, loadCoreMLAddon } from "../src/coreml-native.js";
+import { CoreMLUnavailableError, coreMLAvailability, loadCoreMLAddon } from "../src/index.js";
 
 describe("Core ML addon availability", () => {
   it.runIf(process.platform !== "darwin")(

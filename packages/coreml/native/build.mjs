@@ -1,5 +1,6 @@
-// Builds the MLComputePlan addon on macOS (the package's `build`, and `install` when installed from npm);
-// everywhere else says plainly that it is skipped and exits 0: the static cost model serves.
+// Builds the Core ML addon on macOS (the package's `build`, and `install` when installed from npm);
+// everywhere else says plainly that it is skipped and exits 0: the reference backend and the
+// static cost model serve.
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -12,7 +13,7 @@ if (process.argv.includes("--on-install") && existsSync(join(pkg, "..", "..", "p
   process.exit(0);
 if (process.platform !== "darwin") {
   console.log(
-    `costplan: MLComputePlan addon skipped — it needs macOS 14.4 or later (this is ${process.platform}); the static cost model serves.`,
+    `coreml: Core ML addon skipped — it needs macOS (15 or later to run models, 14.4 for MLComputePlan; this is ${process.platform}); the reference backend and the static cost model serve.`,
   );
   process.exit(0);
 }

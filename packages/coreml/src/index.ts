@@ -1,0 +1,2 @@
+export * from "./addon.js";
+export * from "./compute-units.js";

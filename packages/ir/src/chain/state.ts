@@ -1,0 +1,186 @@
+/**
+ * The buffers a super-block package carries from one step to the next, read off its roles
+ * (contract.ts), and kept by the backend that runs it, not by the host: Core ML keeps them on the
+ * native side as IOSurface-backed ping-pong pairs, the reference backend as host tensors
+ * (HostState below). Per step only what the host must choose crosses into a backend (hidden state,
+ * position, mask) and only what it must read comes back (hidden state, logits or the top-1 pair).
+ */
+import { f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
+import { ChainProtocolError, type ComponentIO, type IoTensor } from "./contract.js";
+
+/** Step t's `output` is step t+1's `input` (GDN conv window and recurrent state). */
+export interface CarriedBuffer {
+  readonly input: IoTensor;
+  readonly output: IoTensor;
+}
+
+/**
+ * `output` ([1, H, T, d]) is written into `input` ([1, H, ctx, d]) at rows [position, position + T)
+ * of axis 2 (io KV: this step's keys or values into the cache).
+ */
+export interface RowWrittenBuffer {
+  readonly input: IoTensor;
+  readonly output: IoTensor;
+}
+
+export interface StatePlan {
+  /** The component's name (for errors). */
+  readonly component: string;
+  readonly carried: readonly CarriedBuffer[];
+  readonly rowWritten: readonly RowWrittenBuffer[];
+  /** Core ML states the package declares (mlstate KV); the component's state holds them too. */
+  readonly coreStates: readonly IoTensor[];
+}
+
+/** The sequence axis of a KV cache, along which rows are written. */
+export const KV_ROW_AXIS = 2;
+
+const HOST_INPUTS = new Set(["input_ids", "hidden_in", "position", "mask"]);
+
+/** Inputs the host feeds every step; every other input is a kept buffer. */
+export function hostInputs(io: ComponentIO): readonly IoTensor[] {
+  return io.inputs.filter((t) => HOST_INPUTS.has(t.role.kind));
+}
+
+/** Outputs that go back to the host (hidden state, logits, arg-max pair). */
+export function hostOutputs(io: ComponentIO): readonly IoTensor[] {
+  const kept = new Set(["gdn_conv_out", "gdn_rec_out", "kv_new"]);
+  return io.outputs.filter((t) => !kept.has(t.role.kind));
+}
+
+/** The kept buffers of a component, from its roles; throws when the roles do not pair up. */
+export function statePlan(component: string, io: ComponentIO): StatePlan {
+  const inputs = new Map(io.inputs.map((t) => [t.name, t]));
+  const paired = new Set<string>();
+  const pair = (output: IoTensor, inputName: string, kinds: readonly string[]) => {
+    const input = inputs.get(inputName);
+    if (!input || !kinds.includes(input.role.kind)) {
+      throw new ChainProtocolError(
+        component,
+        `output ${output.name} (${output.role.kind}) names input ${inputName}, which is not a ${kinds.join(" or ")} input`,
+      );
+    }
+    if (paired.has(inputName))
+      throw new ChainProtocolError(component, `input ${inputName} is fed by two outputs`);
+    paired.add(inputName);
+    return input;
+  };
+  const carried: CarriedBuffer[] = [];
+  const rowWritten: RowWrittenBuffer[] = [];
+  for (const output of io.outputs) {
+    const role = output.role;
+    if (role.kind === "gdn_conv_out") {
+      carried.push({ input: pair(output, role.next, ["gdn_conv_in"]), output });
+    } else if (role.kind === "gdn_rec_out") {
+      carried.push({ input: pair(output, role.next, ["gdn_rec_in"]), output });
+    } else if (role.kind === "kv_new") {
+      const input = pair(output, role.cache, ["kv_cache"]);
+      if (input.shape.length !== 4 || output.shape.length !== 4 || output.shape[KV_ROW_AXIS] > io.ctx) {
+        throw new ChainProtocolError(
+          component,
+          `${output.name} [${output.shape.join(", ")}] cannot be written into ${input.name} [${input.shape.join(", ")}]`,
+        );
+      }
+      rowWritten.push({ input, output });
+    }
+  }
+  for (const t of io.inputs) {
+    if (!HOST_INPUTS.has(t.role.kind) && !paired.has(t.name)) {
+      throw new ChainProtocolError(component, `no output feeds input ${t.name} (role ${t.role.kind})`);
+    }
+  }
+  return { component, carried, rowWritten, coreStates: io.states };
+}
+
+/** True when the component keeps nothing between steps (embed, lm_head). */
+export function isStateless(plan: StatePlan): boolean {
+  return plan.carried.length === 0 && plan.rowWritten.length === 0 && plan.coreStates.length === 0;
+}
+
+function zeros(t: IoTensor): Tensor {
+  if (t.dtype === "int32") return tensor("i32", t.shape);
+  return tensor(t.dtype === "fp16" ? "f16" : "f32", t.shape);
+}
+
+/** Writes `rows` ([1, H, T, d]) into `cache` ([1, H, ctx, d]) from row `position`, converting the dtype. */
+export function writeRows(cache: Tensor, rows: Tensor, position: number): number {
+  const [, heads, ctx, d] = cache.shape;
+  const t = rows.shape[KV_ROW_AXIS];
+  if (position < 0 || position + t > ctx) {
+    throw new RangeError(`rows [${position}, ${position + t}) are outside the cache's ${ctx} rows`);
+  }
+  const src = toFloat32(rows.dtype, rows.data);
+  for (let h = 0; h < heads; h++) {
+    const base = (h * ctx + position) * d;
+    const from = h * t * d;
+    if (cache.dtype === "f16") {
+      const dst = cache.data as Uint16Array;
+      for (let i = 0; i < t * d; i++) dst[base + i] = f32ToF16Bits(src[from + i]);
+    } else {
+      (cache.data as Float32Array).set(src.subarray(from, from + t * d), base);
+    }
+  }
+  return heads * t * d * cache.data.BYTES_PER_ELEMENT;
+}
+
+/**
+ * The state plan kept as host tensors, for backends that run on host memory (the reference
+ * interpreter): a carried output replaces its input by reference (ping-pong without a copy), rows
+ * are written into the cache. `core` is the backend's own state for `coreStates` (the
+ * interpreter's MilState), made again on reset.
+ */
+export class HostState<Core = undefined> {
+  private readonly buffers = new Map<string, Tensor>();
+  private coreState!: Core;
+
+  constructor(
+    readonly plan: StatePlan,
+    private readonly newCore: () => Core,
+  ) {
+    this.reset();
+  }
+
+  get core(): Core {
+    return this.coreState;
+  }
+
+  /** Zeroes every buffer (sequence start). */
+  reset(): void {
+    for (const b of [...this.plan.carried, ...this.plan.rowWritten])
+      this.buffers.set(b.input.name, zeros(b.input));
+    this.coreState = this.newCore();
+  }
+
+  /** The host's inputs plus the kept buffers, by input name. */
+  bind(host: Record<string, Tensor>): Record<string, Tensor> {
+    const all: Record<string, Tensor> = { ...host };
+    for (const [name, t] of this.buffers) all[name] = t;
+    return all;
+  }
+
+  /**
+   * Keeps the state outputs of a step at `position` and returns the others, with the bytes copied
+   * to keep them (the rows written into caches; carried outputs move without a copy).
+   */
+  keep(
+    outputs: Record<string, Tensor>,
+    position: number | undefined,
+  ): { outputs: Record<string, Tensor>; copied: number } {
+    const rest: Record<string, Tensor> = { ...outputs };
+    let copied = 0;
+    const take = (t: IoTensor) => {
+      const v = rest[t.name];
+      if (!v)
+        throw new ChainProtocolError(this.plan.component, `the package did not return output ${t.name}`);
+      delete rest[t.name];
+      return v;
+    };
+    for (const b of this.plan.carried) this.buffers.set(b.input.name, take(b.output));
+    for (const b of this.plan.rowWritten) {
+      if (position === undefined)
+        throw new ChainProtocolError(this.plan.component, `${b.output.name} needs the step's position`);
+      copied += writeRows(this.buffers.get(b.input.name) as Tensor, take(b.output), position);
+    }
+    return { outputs: rest, copied };
+  }
+}
