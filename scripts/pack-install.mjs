@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Installs the packages the way users get them: `pnpm pack` every public package, `npm install` the
 // tarballs into fresh projects outside the workspace (no workspace links), then import each
-// package's public entry points, run the CLI from its bin (doctor, demo), type-check a consumer file
+// package's public entry points, run the CLI from its bin (doctor, demo, doctor --selftest), type-check a consumer file
 // against the published .d.ts, check that @anemll-qwen35/generate installs without protobufjs, zod
 // and the hub client, and that `pnpm publish -r --dry-run` and `changeset version` run clean.
 // Needs the workspace built (`pnpm run build`) and the npm registry for third-party dependencies.
@@ -109,7 +109,8 @@ try {
       "@anemll-qwen35/ir/chain": ["readChainManifest", "ChainStepper"],
       "@anemll-qwen35/generate": ["generate", "loadTokenizer"],
       "@anemll-qwen35/converter": ["convert"],
-      "@anemll-qwen35/runtime-ane": ["ChainRunner", "referenceBackend", "coreMLAvailability"],
+      "@anemll-qwen35/coreml": ["coreMLAvailability", "loadCoreMLAddon", "COMPUTE_UNITS"],
+      "@anemll-qwen35/runtime-ane": ["ChainRunner", "referenceBackend", "coreMLBackend", "transferPerToken"],
       "@anemll-qwen35/runtime-mlx": ["loadMlxModel", "mlxAvailable"],
       "@anemll-qwen35/costplan": ["costplan"],
       "@anemll-qwen35/models": ["loadModel"],
@@ -126,12 +127,27 @@ try {
   if (mlx && !imported.mlx.available)
     throw new Error(`runtime-mlx installed but its addon did not load: ${imported.mlx.reason}`);
 
-  step("the CLI from its bin: doctor, demo");
+  step("the CLI from its bin: doctor, demo, doctor --selftest");
   const doctor = run("npx", ["--no-install", "anemll-qwen35", "doctor"], { cwd: app });
   if (!/reference\s+available/.test(doctor))
     throw new Error(`doctor did not list the reference backend:\n${doctor}`);
   const demo = run("npx", ["--no-install", "anemll-qwen35", "demo", "--max-tokens", "8"], { cwd: app });
   if (!/tok\/s/.test(demo)) throw new Error(`demo printed no tok/s:\n${demo}`);
+  const selftest = run(
+    "npx",
+    [
+      "--no-install",
+      "anemll-qwen35",
+      "doctor",
+      "--selftest",
+      "--steps",
+      "1",
+      "--out",
+      join(work, "selftest.json"),
+    ],
+    { cwd: app },
+  );
+  if (!/\*\*\d+ ok, 0 failed/.test(selftest)) throw new Error(`the self-test did not pass:\n${selftest}`);
 
   step("type-checking a consumer against the published .d.ts");
   writeFileSync(

@@ -35,7 +35,7 @@ export function buildProgram(streams: Streams): Command {
   registerVerify(program, ctx);
   registerInspect(program, ctx);
   registerCostplan(program, ctx);
-  registerDoctor(program, ctx);
+  registerDoctor(program, ctx, VERSION);
   registerDemo(program, ctx);
   registerBench(program, ctx);
   registerServe(program, ctx);

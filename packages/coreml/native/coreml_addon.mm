@@ -305,6 +305,16 @@ MLModelConfiguration* Configuration(MLComputeUnits units, const std::string& fun
   return cfg;
 }
 
+// +[MLModel modelWithContentsOfURL:configuration:error:] for `units` and `function`.
+MLModel* LoadModel(const std::string& path, MLComputeUnits units, const std::string& function, std::string* err) {
+  MLModelConfiguration* cfg = Configuration(units, function, err);
+  if (!cfg) return nil;
+  NSError* error = nil;
+  MLModel* model = [MLModel modelWithContentsOfURL:[NSURL fileURLWithPath:ToNS(path)] configuration:cfg error:&error];
+  if (!model) *err = ErrorText(error, "Core ML could not load " + path);
+  return model;
+}
+
 // A dense tensor on this side of the boundary.
 struct HostTensor {
   std::string name;
@@ -1000,15 +1010,9 @@ Napi::Value Load(const Napi::CallbackInfo& info) {
   const std::string function = OptionalStringArg(info, 2, "functionName");
   return Run(env, WorkQueue(), "load", [path, units, function](Job& job) {
     std::string err;
-    MLModelConfiguration* cfg = Configuration(units, function, &err);
-    if (!cfg) {
-      job.error = err;
-      return;
-    }
-    NSError* error = nil;
-    MLModel* model = [MLModel modelWithContentsOfURL:[NSURL fileURLWithPath:ToNS(path)] configuration:cfg error:&error];
+    MLModel* model = LoadModel(path, units, function, &err);
     if (!model) {
-      job.error = ErrorText(error, "Core ML could not load " + path);
+      job.error = err;
       return;
     }
     auto core = std::make_shared<ModelCore>();
@@ -1184,17 +1188,12 @@ Napi::Value Measure(const Napi::CallbackInfo& info) {
   if (warmup < 0 || runs < 1 || runs > 100000) throw Napi::RangeError::New(env, "measure needs warmup >= 0 and 1 <= runs <= 100000");
   return Run(env, WorkQueue(), "measure", [path, units, function, warmup, runs](Job& job) {
     std::string err;
-    MLModelConfiguration* cfg = Configuration(units, function, &err);
-    if (!cfg) {
+    MLModel* model = LoadModel(path, units, function, &err);
+    if (!model) {
       job.error = err;
       return;
     }
     NSError* error = nil;
-    MLModel* model = [MLModel modelWithContentsOfURL:[NSURL fileURLWithPath:ToNS(path)] configuration:cfg error:&error];
-    if (!model) {
-      job.error = ErrorText(error, "Core ML could not load " + path);
-      return;
-    }
     NSMutableDictionary<NSString*, MLFeatureValue*>* features = [NSMutableDictionary dictionary];
     NSDictionary<NSString*, MLFeatureDescription*>* inputs = model.modelDescription.inputDescriptionsByName;
     for (NSString* name in inputs) {

@@ -44,6 +44,8 @@ export interface TransferStats {
    * Core ML any state output it had to copy because Core ML did not write into the given backing.
    */
   readonly bytesKept: number;
+  /** Core ML: state outputs it wrote somewhere other than the backing it was given (then copied). */
+  readonly backingMisses?: number;
 }
 
 export interface Backend {
@@ -67,12 +69,14 @@ export class TransferCounter implements TransferStats {
   bytesIn = 0;
   bytesOut = 0;
   bytesKept = 0;
+  backingMisses: number | undefined;
 
   add(s: TransferStats): void {
     this.predictions += s.predictions;
     this.bytesIn += s.bytesIn;
     this.bytesOut += s.bytesOut;
     this.bytesKept += s.bytesKept;
+    if (s.backingMisses !== undefined) this.backingMisses = (this.backingMisses ?? 0) + s.backingMisses;
   }
 
   snapshot(): TransferStats {
@@ -81,6 +85,7 @@ export class TransferCounter implements TransferStats {
       bytesIn: this.bytesIn,
       bytesOut: this.bytesOut,
       bytesKept: this.bytesKept,
+      ...(this.backingMisses === undefined ? {} : { backingMisses: this.backingMisses }),
     };
   }
 }

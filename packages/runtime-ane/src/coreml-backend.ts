@@ -85,6 +85,7 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
     name: "coreml",
     transfers() {
       const total = new TransferCounter();
+      total.backingMisses = 0;
       total.add(gone);
       for (const m of live) total.add(m.stats());
       return total.snapshot();
