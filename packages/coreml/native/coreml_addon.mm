@@ -412,8 +412,8 @@ void SettleJob(Napi::Env env, Napi::Function, std::nullptr_t*, Job* job) {
   }
 }
 
-// Runs `work` on `queue` (or, with `after` set, after that much time on it too) and settles the
-// returned promise with what it left in the job. Objective-C exceptions become errors.
+// Runs `work` on `queue` inside an autorelease pool and settles the returned promise, on the JS
+// thread, with what it left in the job. Objective-C and C++ exceptions become errors.
 Napi::Promise Run(Napi::Env env, dispatch_queue_t queue, const char* what, std::function<void(Job&)> work) {
   auto* job = new Job(env);
   Napi::Promise promise = job->deferred.Promise();
@@ -614,6 +614,8 @@ Napi::Object DescribeFeature(Napi::Env env, NSString* name, NSArray<NSNumber*>* 
   return o;
 }
 
+Napi::Value DescribeModel(Napi::Env env, MLModel* model);
+
 // True for a model input that is a Core ML state (listed among inputs on some OS versions).
 bool IsStateFeature(MLModel* model, NSString* name, MLFeatureDescription* d) {
   if (@available(macOS 15.0, *)) {
@@ -625,12 +627,20 @@ bool IsStateFeature(MLModel* model, NSString* name, MLFeatureDescription* d) {
 Napi::Value ModelWrap::Describe(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::shared_ptr<ModelCore> core = Live(env);
-  MLModelDescription* md = core->model.modelDescription;
+  @try {
+    return DescribeModel(env, core->model);
+  } @catch (NSException* e) {
+    throw Napi::Error::New(env, "Core ML raised " + FromNS(e.name) + " describing the model: " + FromNS(e.reason));
+  }
+}
+
+Napi::Value DescribeModel(Napi::Env env, MLModel* model) {
+  MLModelDescription* md = model.modelDescription;
   Napi::Array inputs = Napi::Array::New(env), outputs = Napi::Array::New(env), states = Napi::Array::New(env);
   uint32_t i = 0;
   for (NSString* name in md.inputDescriptionsByName) {
     MLFeatureDescription* d = md.inputDescriptionsByName[name];
-    if (!IsStateFeature(core->model, name, d) && d.multiArrayConstraint) {
+    if (!IsStateFeature(model, name, d) && d.multiArrayConstraint) {
       inputs.Set(i++, DescribeFeature(env, name, d.multiArrayConstraint.shape, d.multiArrayConstraint.dataType));
     }
   }
@@ -734,15 +744,17 @@ bool BindState(ModelCore& core, StateCore& st, int64_t position, NSMutableDictio
                NSMutableDictionary* backings, std::vector<Carried*>* carried, std::vector<RowWritten*>* rows,
                std::string* err) {
   auto hasInput = [&](const std::string& n) { return core.inputShapes.count(n) > 0; };
-  auto outShape = [&](const std::string& n) -> const std::vector<int64_t>* {
+  // the output's shape when the model has it with the buffer's element type
+  auto outShape = [&](const std::string& n, DType dt) -> const std::vector<int64_t>* {
     auto it = core.outputShapes.find(n);
-    return it == core.outputShapes.end() ? nullptr : &it->second;
+    return it == core.outputShapes.end() || core.outputTypes.at(n) != dt ? nullptr : &it->second;
   };
   for (Carried& c : st.carried) {
     if (!hasInput(c.input)) continue;
-    const std::vector<int64_t>* os = outShape(c.output);
+    const std::vector<int64_t>* os = outShape(c.output, c.dtype);
     if (!os || *os != c.shape) {
-      *err = "the model's output " + c.output + " does not match the state's buffer " + c.input + " " + ShapeText(c.shape);
+      *err = "the model has no " + std::string(DTypeName(c.dtype)) + " output " + c.output + " " + ShapeText(c.shape) +
+             " for the state's buffer " + c.input;
       return false;
     }
     features[ToNS(c.input)] = [MLFeatureValue featureValueWithMultiArray:c.buf[c.cur]];
@@ -751,9 +763,10 @@ bool BindState(ModelCore& core, StateCore& st, int64_t position, NSMutableDictio
   }
   for (RowWritten& r : st.rowWritten) {
     if (!hasInput(r.input)) continue;
-    const std::vector<int64_t>* os = outShape(r.output);
+    const std::vector<int64_t>* os = outShape(r.output, r.dtype);
     if (!os || os->size() != 4 || (*os)[0] != r.shape[0] || (*os)[1] != r.shape[1] || (*os)[3] != r.shape[3]) {
-      *err = "the model's output " + r.output + " cannot be written into the state's cache " + r.input + " " + ShapeText(r.shape);
+      *err = "the model has no " + std::string(DTypeName(r.dtype)) + " output " + r.output + " that fits rows of the state's cache " +
+             r.input + " " + ShapeText(r.shape);
       return false;
     }
     const int64_t t = (*os)[kRowAxis];
@@ -792,6 +805,13 @@ bool KeepState(id<MLFeatureProvider> result, int64_t position, const std::vector
     MLMultiArray* got = [result featureValueForName:ToNS(r->output)].multiArrayValue;
     if (!got || got.dataType != ToML(r->dtype)) {
       *err = "Core ML returned no " + std::string(DTypeName(r->dtype)) + " output " + r->output;
+      return false;
+    }
+    const std::vector<int64_t> g = ToVec(got.shape);
+    if (g.size() != 4 || g[0] != r->shape[0] || g[1] != r->shape[1] || g[3] != r->shape[3] ||
+        position < 0 || position + g[kRowAxis] > r->shape[kRowAxis]) {
+      *err = "Core ML returned " + r->output + " " + ShapeText(g) + ", which does not fit rows from " +
+             std::to_string(position) + " of " + r->input + " " + ShapeText(r->shape);
       return false;
     }
     gotRows.push_back(got);
