@@ -27,6 +27,8 @@ describe.each([
   ["tiny-tied", "mlstate"],
   ["tiny-gqa", "io"],
   ["tiny-gqa", "mlstate"],
+  ["tiny-trained", "io"],
+  ["tiny-trained", "mlstate"],
 ] as const)("%s, KV %s: bytes per decode token on the reference backend", (fixture, state) => {
   it("are exactly what the state plan lets through, far below the host-held state, with the golden tokens", async () => {
     const dir = join(work, `${fixture}-${state}`);

@@ -13,7 +13,7 @@ import { progressBar } from "../progress.js";
 
 /** The bundled model: fixtures/tiny-trained, a Qwen3.5 trained on the King James Bible. */
 export const BUNDLED_MODEL = "tiny-trained";
-const BUNDLED_ABOUT =
+export const BUNDLED_ABOUT =
   "a 7.2M-parameter Qwen3.5 trained here on the King James Bible (tools/oracle/train_tiny.py)";
 
 /** Greedy, with a mild repetition penalty: a model this small otherwise falls into loops quickly. */

@@ -10,7 +10,7 @@ import { int, UsageError } from "../options.js";
 import type { Output } from "../output.js";
 import { runSelftest } from "../selftest.js";
 import { formatSelftest } from "../selftest-report.js";
-import { bundledFixture } from "./demo.js";
+import { BUNDLED_ABOUT, bundledFixture } from "./demo.js";
 
 export interface BackendStatus {
   readonly name: "reference" | "coreml" | "mlx";
@@ -91,7 +91,7 @@ async function selftest(
     throw new UsageError("the bundled tiny model was not found (dist/fixture); reinstall anemll-qwen35");
   const report = await runSelftest({
     model,
-    modelSource: "the bundled tiny Qwen3.5 model (random weights)",
+    modelSource: `the bundled model: ${BUNDLED_ABOUT}`,
     version: o.version,
     backends: o.backends,
     steps: o.steps,
