@@ -62,7 +62,7 @@ async function measure(name: string, dir: string) {
 
 const rows = [];
 const fixtures = resolve(here, "../../../fixtures");
-for (const fixture of ["tiny-tied", "tiny-gqa"]) {
+for (const fixture of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
   for (const state of ["io", "mlstate"] as const) {
     const out = join(work, `${fixture}-${state}`);
     await convert({ model: join(fixtures, fixture), out, ctx: 128, fuse: 1, lmHeadMaxRows: 512, state });
