@@ -1,3 +1,4 @@
 import { packageBuild } from "../../tsup.base.ts";
 
-export default packageBuild();
+// the k-means worker is its own entry: kmeans-pool.ts starts dist/kmeans-worker.js
+export default packageBuild({ entry: ["src/index.ts", "src/kmeans-worker.ts"] });

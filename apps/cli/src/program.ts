@@ -55,13 +55,15 @@ export async function run(argv: readonly string[], streams: Streams): Promise<nu
     const json = argv.includes("--json");
     const message = err instanceof Error ? err.message : String(err);
     const code = err instanceof AnemllError ? err.code : "E_UNEXPECTED";
+    // stopped by the user (Ctrl-C): not an error, and 130 as shells report SIGINT
+    const interrupted = code === "E_INTERRUPTED";
     if (json) streams.stdout.write(`${JSON.stringify({ error: { code, message } }, null, 2)}\n`);
-    streams.stderr.write(`error: ${message}\n`);
+    streams.stderr.write(interrupted ? `${message}\n` : `error: ${message}\n`);
     if (!(err instanceof AnemllError) && err instanceof Error && err.stack)
       streams.stderr.write(`${err.stack}\n`);
-    // a bad option value is a usage error, whichever layer found it
-    return err instanceof UsageError || (err instanceof AnemllError && err.code === "E_CONVERT_OPTION")
-      ? 2
-      : 1;
+    // a bad option value is a usage error, whichever layer found it; Ctrl-C is 130, as shells report SIGINT
+    if (err instanceof UsageError || (err instanceof AnemllError && err.code === "E_CONVERT_OPTION"))
+      return 2;
+    return interrupted ? 130 : 1;
   }
 }

@@ -5,12 +5,17 @@
  *
  * Atomicity: everything is written into `<out>.partial/` (each package itself atomically), and the
  * folder is renamed to `<out>` only once model.json is complete — an interrupted conversion never
- * leaves a folder that looks finished. `resume` keeps `<out>.partial/` and skips every component
- * whose recorded build key and package digest still match.
+ * leaves a folder that looks finished. `resume` keeps `<out>.partial/`, skips every component
+ * whose recorded build key and package digest still match, and takes the finished k-means
+ * weights of the package that was being built from its journal (resume.ts).
+ *
+ * Speed: one k-means worker pool for the whole conversion; weights are written behind, while the
+ * next tensor is clustered; progress is reported per tensor.
  */
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { availableParallelism } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { AnemllError } from "@anemll-qwen35/core";
 import {
@@ -20,6 +25,7 @@ import {
   type ChainManifestComponent,
 } from "@anemll-qwen35/ir/chain";
 import {
+  parameterCounts,
   Qwen35Checkpoint,
   type Qwen35Config,
   resolveModelRef,
@@ -31,8 +37,10 @@ import type { GraphDType, KvPlacement } from "./graph/io.js";
 import { ctxProblem, DEFAULT_LM_HEAD_MAX_ROWS } from "./graph/options.js";
 import { DEFAULT_LUT_GROUP_SIZE, formatWeightQuant, type WeightQuant } from "./graph/quant.js";
 import type { WeightEncodingReport } from "./graph/weights.js";
+import { KmeansPool } from "./kmeans-pool.js";
 import { checkOutputTarget, OutputError, PARTIAL_MARKER } from "./output.js";
-import { DEFAULT_BUDGET_BYTES, type PlannedComponent, planComponents } from "./plan.js";
+import { DEFAULT_BUDGET_BYTES, type PlannedComponent, planComponents, planWarnings } from "./plan.js";
+import { removeResumeFolder, TensorJournal } from "./resume.js";
 import { checkTokenizerFiles } from "./tokenizer-check.js";
 
 export { OutputError } from "./output.js";
@@ -76,12 +84,13 @@ export interface ConvertOptions {
   argmax?: boolean;
   /** Most vocabulary rows per lm_head piece (default 16,384). */
   lmHeadMaxRows?: number;
-  /** Reuse components of an interrupted conversion of the same model and options. */
+  /** Reuse components and finished weights of an interrupted conversion of the same model and options. */
   resume?: boolean;
   /** Replace whatever is at `out` (and `<out>.partial`), even if it is not a previous conversion. */
   force?: boolean;
-  /** Worker threads for k-means. */
+  /** Worker threads for k-means (default: available parallelism; 1 = the main thread only). */
   workers?: number;
+  /** Called per stage and per encoded weight. */
   onProgress?: (event: ConvertProgress) => void;
   /** One line per encoded weight (name, encoding, reconstruction error) and other log lines. */
   onLog?: (line: string) => void;
@@ -89,20 +98,46 @@ export interface ConvertOptions {
 }
 
 export interface ConvertProgress {
-  readonly stage: "resolve" | "plan" | "component" | "skip" | "finish";
+  /** "component": a package starts (or is done); "tensor": one weight is encoded; "skip": a package is reused. */
+  readonly stage: "resolve" | "plan" | "component" | "tensor" | "skip" | "finish";
   readonly component?: string;
+  /** The weight just encoded (stage "tensor"), and whether it came from an interrupted run. */
+  readonly tensor?: string;
+  readonly reused?: boolean;
   /** Estimated bytes of packages finished so far, and in all. */
   readonly bytes: number;
   readonly totalBytes: number;
+  /** Of the estimated work (k-means dominates it), 0 … 1. */
   readonly fraction: number;
+  readonly elapsedSeconds: number;
 }
 
 export interface ConvertResult {
   readonly out: string;
   readonly manifest: ChainManifest;
+  /** Components reused whole from an interrupted conversion. */
   readonly skipped: readonly string[];
+  /** Weights reused from the package an interrupted conversion was building. */
+  readonly reusedWeights: readonly string[];
   readonly weights: readonly WeightEncodingReport[];
   readonly seconds: number;
+}
+
+/** The conversion was stopped (its signal aborted); what was finished is kept for `resume`. */
+export class ConvertInterruptedError extends AnemllError {
+  /** The folder holding the finished packages and weights. */
+  readonly partial: string;
+  constructor(partial: string, finished: { components: number; weights: number }) {
+    const kept =
+      finished.components + finished.weights > 0
+        ? `${finished.components} finished package(s) and ${finished.weights} finished weight(s) of the next are kept in ${partial}`
+        : `the work so far is kept in ${partial}`;
+    super(
+      "E_INTERRUPTED",
+      `conversion interrupted; ${kept} — run the same command with --resume to continue`,
+    );
+    this.partial = partial;
+  }
 }
 
 export class ConvertOptionError extends AnemllError {
@@ -120,6 +155,28 @@ const TOKENIZER_FILES = [
   "generation_config.json",
 ];
 const PARTIAL_RECORD = "components.partial.json";
+/** Bytes of weights queued for writing while the next tensor is clustered. */
+const WRITE_BEHIND_BYTES = 256 << 20;
+
+/**
+ * Rough cost per weight element of each encoding relative to a plain copy, measured on the
+ * synthetic 0.8B (bench/convert-synthetic.ts): progress and its ETA follow the work, not bytes.
+ */
+function workPerElement(q: WeightQuant): number {
+  if (q.kind === "lut") return q.bits <= 4 ? 60 : 25;
+  return q.kind === "int8" ? 4 : 1;
+}
+
+/** Estimated work of a component: its weights' elements times their encodings' cost. */
+function componentWork(config: Qwen35Config, c: PlannedComponent, r: ResolvedConvert): number {
+  const vocab = config.vocabSize * config.hiddenSize;
+  if (c.kind === "embed") return vocab * workPerElement(r.embed);
+  if (c.kind === "lm_head") return vocab * workPerElement(r.lmHead);
+  const perLayer = parameterCounts(config).perLayer;
+  let params = 0;
+  for (let l = c.layers[0]; l < c.layers[1]; l++) params += perLayer[l];
+  return params * workPerElement(r.body);
+}
 
 interface ResolvedConvert {
   ctx: number;
@@ -238,147 +295,194 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
   const started = performance.now();
   const r = resolveOptions(options);
   const out = resolve(options.out);
+  const partial = `${out}.partial`;
   const log = options.onLog ?? (() => {});
-  const progress = (e: Omit<ConvertProgress, "fraction">) =>
-    options.onProgress?.({ ...e, fraction: e.totalBytes > 0 ? Math.min(1, e.bytes / e.totalBytes) : 0 });
+  const signal = options.signal;
+  let totalBytes = 0;
+  let bytesDone = 0;
+  let totalWork = 0;
+  let workDone = 0;
+  const progress = (e: Pick<ConvertProgress, "stage" | "component" | "tensor" | "reused">) =>
+    options.onProgress?.({
+      ...e,
+      bytes: bytesDone,
+      totalBytes,
+      fraction: e.stage === "finish" ? 1 : totalWork > 0 ? Math.min(1, workDone / totalWork) : 0,
+      elapsedSeconds: (performance.now() - started) / 1000,
+    });
+  const finished = { components: 0, weights: 0 };
+  let pool: KmeansPool | undefined;
+  try {
+    progress({ stage: "resolve" });
+    const dir = await resolveModelRef(options.model, { signal });
+    await checkOutputTarget(out, dir, options.force ?? false);
+    await using ck = await Qwen35Checkpoint.open(dir);
+    assertConvertible(ck);
+    checkCtx(r.ctx, ck.config);
+    await checkTokenizerFiles(dir, ck.config, await eosTokenIds(dir, ck.config.eosTokenIds));
+    const configBytes = await readFile(join(dir, "config.json"));
+    const configSha = sha256(configBytes);
 
-  progress({ stage: "resolve", bytes: 0, totalBytes: 0 });
-  const dir = await resolveModelRef(options.model, { signal: options.signal });
-  await checkOutputTarget(out, dir, options.force ?? false);
-  await using ck = await Qwen35Checkpoint.open(dir);
-  assertConvertible(ck);
-  checkCtx(r.ctx, ck.config);
-  await checkTokenizerFiles(dir, ck.config, await eosTokenIds(dir, ck.config.eosTokenIds));
-  const configBytes = await readFile(join(dir, "config.json"));
-  const configSha = sha256(configBytes);
-
-  const plan = planComponents(ck.config, {
-    fuse: r.fuse,
-    budgetBytes: r.budgetBytes,
-    body: r.body,
-    groupSize: r.groupSize,
-  });
-  for (const c of plan) {
-    if (c.kind === "superblocks" && c.estimatedBytes > r.budgetBytes) {
-      log(
-        `warning: ${c.name} is ~${(c.estimatedBytes / 1e9).toFixed(2)} GB, over the ${(r.budgetBytes / 1e9).toFixed(2)} GB budget (one super-block cannot be split)`,
-      );
-    }
-  }
-  const weightOf = (c: PlannedComponent) => (c.kind === "superblocks" ? c.estimatedBytes : 1e6);
-  const totalBytes = plan.reduce((s, c) => s + weightOf(c), 0);
-  progress({ stage: "plan", bytes: 0, totalBytes });
-
-  const partial = await prepareOutput(out, options.resume ?? false);
-  const record = options.resume ? await readPartialRecord(partial) : {};
-  const components: ChainManifestComponent[] = [];
-  const skipped: string[] = [];
-  const weights: WeightEncodingReport[] = [];
-  let done = 0;
-  for (const c of plan) {
-    options.signal?.throwIfAborted();
-    const key = componentKey(configSha, c, r);
-    const file = join(partial, c.file);
-    const prev = record[c.name];
-    if (prev && prev.key === key && existsSync(file) && (await digestMlPackage(file)) === prev.sha256) {
-      components.push(prev.component);
-      skipped.push(c.name);
-      done += weightOf(c);
-      progress({ stage: "skip", component: c.name, bytes: done, totalBytes });
-      continue;
-    }
-    progress({ stage: "component", component: c.name, bytes: done, totalBytes });
-    const writer = await MlPackageWriter.create(file);
-    try {
-      const spec =
-        c.kind === "superblocks" ? { kind: c.kind, first: c.first, count: c.count } : { kind: c.kind };
-      const built = await buildComponent(ck, spec, {
-        ctx: r.ctx,
-        dtype: r.dtype,
-        state: r.state,
-        quant: { body: r.body, lmHead: r.lmHead, embed: r.embed, groupSize: r.groupSize },
-        argmax: r.argmax,
-        lmHeadMaxRows: r.lmHeadMaxRows,
-        blobSink: writer.blobs,
-        workers: options.workers,
-        signal: options.signal,
-        onWeight: (w) => {
-          weights.push(w);
-          log(
-            `${c.name}: ${w.name} ${w.encoding} [${w.shape.join("x")}] mse=${w.mse.toExponential(3)} rel=${w.relative.toExponential(3)}`,
-          );
-        },
-      });
-      await writer.finish(built.model);
-      const entry: ChainManifestComponent = {
-        name: c.name,
-        kind: c.kind,
-        file: c.file,
-        function: "main",
-        sha256: await digestMlPackage(file),
-        io: built.io,
-      };
-      components.push(entry);
-      record[c.name] = { key, sha256: entry.sha256, component: entry };
-      await writeFileAtomic(join(partial, PARTIAL_RECORD), JSON.stringify(record, null, 2));
-    } catch (err) {
-      await writer.abort();
-      throw err;
-    }
-    done += weightOf(c);
-    progress({ stage: "component", component: c.name, bytes: done, totalBytes });
-  }
-
-  const tokenizerFiles: string[] = [];
-  for (const f of TOKENIZER_FILES) {
-    if (existsSync(join(dir, f))) {
-      await copyFile(join(dir, f), join(partial, f));
-      tokenizerFiles.push(f);
-    }
-  }
-  await copyFile(join(dir, "config.json"), join(partial, "config.json"));
-  const ref = options.model.startsWith("hf:") ? options.model : resolve(options.model);
-  const manifest: ChainManifest = {
-    format: CHAIN_FORMAT,
-    formatVersion: CHAIN_FORMAT_VERSION,
-    converter: { name: "@anemll-qwen35/converter", version: CONVERTER_VERSION },
-    source: {
-      model: ref,
-      revision: ref.startsWith("hf:") ? basename(dir) : undefined,
-      configSha256: configSha,
-    },
-    model: {
-      modelType: ck.config.modelType,
-      hiddenSize: ck.config.hiddenSize,
-      numLayers: ck.config.numHiddenLayers,
-      vocabSize: ck.config.vocabSize,
-      superBlocks: ck.config.superBlocks.length,
-      tiedEmbeddings: ck.tiedEmbeddings,
-    },
-    ctx: r.ctx,
-    fuse: r.fuse,
-    state: r.state,
-    dtype: r.dtype,
-    quantization: {
-      body: formatWeightQuant(r.body),
-      lmHead: formatWeightQuant(r.lmHead),
-      embed: formatWeightQuant(r.embed),
+    const planOptions = {
+      fuse: r.fuse,
+      budgetBytes: r.budgetBytes,
+      body: r.body,
+      embed: r.embed,
+      lmHead: r.lmHead,
       groupSize: r.groupSize,
-    },
-    argmax: r.argmax,
-    components,
-    tokenizer: {
-      files: tokenizerFiles,
-      eosTokenIds: await eosTokenIds(dir, ck.config.eosTokenIds),
-      chatTemplate: tokenizerFiles.includes("chat_template.jinja") ? "chat_template.jinja" : undefined,
-    },
-  };
-  await writeFileAtomic(join(partial, "model.json"), `${JSON.stringify(manifest, null, 2)}\n`);
-  await rm(join(partial, PARTIAL_RECORD), { force: true });
-  await rm(join(partial, PARTIAL_MARKER), { force: true });
-  await swapIntoPlace(partial, out);
-  progress({ stage: "finish", bytes: totalBytes, totalBytes });
-  return { out, manifest, skipped, weights, seconds: (performance.now() - started) / 1000 };
+    };
+    const plan = planComponents(ck.config, planOptions);
+    for (const w of planWarnings(plan, planOptions)) log(w);
+    totalBytes = plan.reduce((n, c) => n + c.estimatedBytes, 0);
+    const work = new Map(plan.map((c) => [c.name, componentWork(ck.config, c, r)]));
+    totalWork = [...work.values()].reduce((a, b) => a + b, 0);
+    progress({ stage: "plan" });
+
+    await prepareOutput(out, options.resume ?? false);
+    const record = options.resume ? await readPartialRecord(partial) : {};
+    const components: ChainManifestComponent[] = [];
+    const skipped: string[] = [];
+    const reusedWeights: string[] = [];
+    const weights: WeightEncodingReport[] = [];
+    pool = options.workers === 1 ? undefined : new KmeansPool(options.workers ?? availableParallelism());
+    for (const c of plan) {
+      signal?.throwIfAborted();
+      const key = componentKey(configSha, c, r);
+      const file = join(partial, c.file);
+      const prev = record[c.name];
+      const workBefore = workDone;
+      if (prev && prev.key === key && existsSync(file) && (await digestMlPackage(file)) === prev.sha256) {
+        components.push(prev.component);
+        skipped.push(c.name);
+        finished.components++;
+        workDone += work.get(c.name) ?? 0;
+        bytesDone += c.estimatedBytes;
+        progress({ stage: "skip", component: c.name });
+        continue;
+      }
+      progress({ stage: "component", component: c.name });
+      const writer = await MlPackageWriter.create(file, { writeBehindBytes: WRITE_BEHIND_BYTES });
+      const journal = await TensorJournal.open(partial, c.name, key, writer, options.resume ?? false);
+      try {
+        const spec =
+          c.kind === "superblocks" ? { kind: c.kind, first: c.first, count: c.count } : { kind: c.kind };
+        const built = await buildComponent(ck, spec, {
+          ctx: r.ctx,
+          dtype: r.dtype,
+          state: r.state,
+          quant: { body: r.body, lmHead: r.lmHead, embed: r.embed, groupSize: r.groupSize },
+          argmax: r.argmax,
+          lmHeadMaxRows: r.lmHeadMaxRows,
+          blobSink: journal.sink(writer.blobs),
+          workers: options.workers,
+          pool,
+          store: journal,
+          signal,
+          onWeight: (w) => {
+            weights.push(w);
+            const q = w.role === "body" ? r.body : w.role === "lmHead" ? r.lmHead : r.embed;
+            workDone += w.shape.reduce((a, b) => a * b, 1) * workPerElement(q);
+            log(
+              `${c.name}: ${w.name} ${w.encoding} [${w.shape.join("x")}] mse=${w.mse.toExponential(3)} rel=${w.relative.toExponential(3)}${w.reused ? " (reused)" : ""}`,
+            );
+            progress({ stage: "tensor", component: c.name, tensor: w.name, reused: w.reused });
+          },
+        });
+        await writer.finish(built.model);
+        const entry: ChainManifestComponent = {
+          name: c.name,
+          kind: c.kind,
+          file: c.file,
+          function: "main",
+          sha256: await digestMlPackage(file),
+          io: built.io,
+        };
+        components.push(entry);
+        record[c.name] = { key, sha256: entry.sha256, component: entry };
+        await writeFileAtomic(join(partial, PARTIAL_RECORD), JSON.stringify(record, null, 2));
+        reusedWeights.push(...journal.reused);
+        await journal.discard();
+      } catch (err) {
+        if (signal?.aborted) {
+          finished.weights = journal.recorded;
+          await journal.keep(writer).catch(() => {});
+        } else {
+          await journal.discard();
+        }
+        await writer.abort();
+        throw err;
+      }
+      finished.components++;
+      workDone = workBefore + (work.get(c.name) ?? 0);
+      bytesDone += c.estimatedBytes;
+      progress({ stage: "component", component: c.name });
+    }
+
+    const tokenizerFiles: string[] = [];
+    for (const f of TOKENIZER_FILES) {
+      if (existsSync(join(dir, f))) {
+        await copyFile(join(dir, f), join(partial, f));
+        tokenizerFiles.push(f);
+      }
+    }
+    await copyFile(join(dir, "config.json"), join(partial, "config.json"));
+    const ref = options.model.startsWith("hf:") ? options.model : resolve(options.model);
+    const manifest: ChainManifest = {
+      format: CHAIN_FORMAT,
+      formatVersion: CHAIN_FORMAT_VERSION,
+      converter: { name: "@anemll-qwen35/converter", version: CONVERTER_VERSION },
+      source: {
+        model: ref,
+        revision: ref.startsWith("hf:") ? basename(dir) : undefined,
+        configSha256: configSha,
+      },
+      model: {
+        modelType: ck.config.modelType,
+        hiddenSize: ck.config.hiddenSize,
+        numLayers: ck.config.numHiddenLayers,
+        vocabSize: ck.config.vocabSize,
+        superBlocks: ck.config.superBlocks.length,
+        tiedEmbeddings: ck.tiedEmbeddings,
+      },
+      ctx: r.ctx,
+      fuse: r.fuse,
+      state: r.state,
+      dtype: r.dtype,
+      quantization: {
+        body: formatWeightQuant(r.body),
+        lmHead: formatWeightQuant(r.lmHead),
+        embed: formatWeightQuant(r.embed),
+        groupSize: r.groupSize,
+      },
+      argmax: r.argmax,
+      components,
+      tokenizer: {
+        files: tokenizerFiles,
+        eosTokenIds: await eosTokenIds(dir, ck.config.eosTokenIds),
+        chatTemplate: tokenizerFiles.includes("chat_template.jinja") ? "chat_template.jinja" : undefined,
+      },
+    };
+    await writeFileAtomic(join(partial, "model.json"), `${JSON.stringify(manifest, null, 2)}\n`);
+    await rm(join(partial, PARTIAL_RECORD), { force: true });
+    await rm(join(partial, PARTIAL_MARKER), { force: true });
+    await removeResumeFolder(partial);
+    await swapIntoPlace(partial, out);
+    progress({ stage: "finish" });
+    return {
+      out,
+      manifest,
+      skipped,
+      reusedWeights,
+      weights,
+      seconds: (performance.now() - started) / 1000,
+    };
+  } catch (err) {
+    // stopped on purpose: whatever was in flight, say so and how to continue
+    if (signal?.aborted) throw new ConvertInterruptedError(partial, finished);
+    throw err;
+  } finally {
+    await pool?.close();
+  }
 }
 
 /** Replaces `out` with the finished `partial` folder (the old one is removed only afterwards). */

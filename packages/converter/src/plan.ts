@@ -1,6 +1,7 @@
 /**
  * Which packages a conversion writes: the embedding, the super-blocks grouped `fuse` at a time
- * (as many as fit the per-package size budget with `fuse: "all"`), and the lm_head.
+ * (as many as fit the per-package size budget with `fuse: "all"`; an explicit `fuse` is kept even
+ * over the budget, with a warning), and the lm_head — and what to warn about before converting.
  */
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { parameterCounts, type Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
@@ -15,10 +16,13 @@ export interface PlanOptions {
   body: WeightQuant;
   /** Default LUT group size (output channels per LUT). */
   groupSize: number;
+  /** Encodings of the embedding table and the lm_head (for their size estimates; default none). */
+  embed?: WeightQuant;
+  lmHead?: WeightQuant;
 }
 
 export type PlannedComponent =
-  | { readonly kind: "embed"; readonly name: string; readonly file: string }
+  | { readonly kind: "embed"; readonly name: string; readonly file: string; readonly estimatedBytes: number }
   | {
       readonly kind: "superblocks";
       readonly name: string;
@@ -30,7 +34,12 @@ export type PlannedComponent =
       readonly layers: readonly [number, number];
       readonly estimatedBytes: number;
     }
-  | { readonly kind: "lm_head"; readonly name: string; readonly file: string };
+  | {
+      readonly kind: "lm_head";
+      readonly name: string;
+      readonly file: string;
+      readonly estimatedBytes: number;
+    };
 
 export const DEFAULT_BUDGET_BYTES = 1.5e9;
 
@@ -68,17 +77,26 @@ export function planComponents(config: Qwen35Config, options: PlanOptions): Plan
   if (options.fuse !== "all" && (!Number.isInteger(options.fuse) || options.fuse < 1)) {
     throw new InvalidArgumentError(`--fuse must be a positive integer or "all", got ${options.fuse}`);
   }
-  const maxPer = options.fuse === "all" ? total : options.fuse;
-  const out: PlannedComponent[] = [{ kind: "embed", name: "embed", file: "embed.mlpackage" }];
+  const vocabBytes = (q: WeightQuant | undefined) =>
+    bytesFor(
+      config.vocabSize * config.hiddenSize,
+      q ?? { kind: "none" },
+      config.vocabSize,
+      options.groupSize,
+    );
+  const out: PlannedComponent[] = [
+    { kind: "embed", name: "embed", file: "embed.mlpackage", estimatedBytes: vocabBytes(options.embed) },
+  ];
   let first = 0;
   while (first < total) {
     let count = 0;
     let bytes = 0;
+    const maxPer = options.fuse === "all" ? total : options.fuse;
     while (first + count < total && count < maxPer) {
       const next = superBlockBytes(config, first + count, options.body, options.groupSize);
-      // The budget splits the stack; a single super-block over budget still gets its own package
-      // (the caller warns: super-blocks are the unit of conversion).
-      if (count > 0 && bytes + next > options.budgetBytes) break;
+      // "all" fills packages up to the budget; a single super-block over budget still gets its
+      // own package (super-blocks are the unit of conversion). An explicit fuse is kept as asked.
+      if (options.fuse === "all" && count > 0 && bytes + next > options.budgetBytes) break;
       bytes += next;
       count++;
     }
@@ -99,6 +117,53 @@ export function planComponents(config: Qwen35Config, options: PlanOptions): Plan
     });
     first += count;
   }
-  out.push({ kind: "lm_head", name: "lm_head", file: "lm_head.mlpackage" });
+  out.push({
+    kind: "lm_head",
+    name: "lm_head",
+    file: "lm_head.mlpackage",
+    estimatedBytes: vocabBytes(options.lmHead),
+  });
   return out;
+}
+
+/** "812 kB", "1.52 GB": decimal units, as the budget is given. */
+export function formatBytes(n: number): string {
+  const units = ["B", "kB", "MB", "GB", "TB"];
+  let u = 0;
+  let v = n;
+  while (v >= 1000 && u < units.length - 1) {
+    v /= 1000;
+    u++;
+  }
+  return `${u === 0 ? v : v.toPrecision(3)} ${units[u]}`;
+}
+
+/** Packages of a plan that exceed the budget, as warnings saying what to change (one per cause). */
+export function planWarnings(plan: readonly PlannedComponent[], options: PlanOptions): string[] {
+  const budget = formatBytes(options.budgetBytes);
+  const over = plan.filter((c) => c.estimatedBytes > options.budgetBytes);
+  const list = (cs: readonly PlannedComponent[]) =>
+    cs.map((c) => `${c.name} (~${formatBytes(c.estimatedBytes)})`).join(", ");
+  const warnings: string[] = [];
+  const blocks = over.filter((c) => c.kind === "superblocks");
+  if (blocks.length > 0) {
+    const fused = blocks.filter((c) => c.kind === "superblocks" && c.count > 1);
+    warnings.push(
+      fused.length > 0
+        ? `warning: --fuse ${options.fuse} makes ${list(blocks)} larger than the ${budget} budget; use a smaller --fuse (or --fuse all, which fills packages up to the budget) or raise --budget`
+        : `warning: ${list(blocks)} exceed${blocks.length === 1 ? "s" : ""} the ${budget} budget and cannot be split further (one super-block is the smallest package); use a smaller --lut or raise --budget`,
+    );
+  }
+  for (const c of over) {
+    if (c.kind === "superblocks") continue;
+    const q = c.kind === "embed" ? options.embed : options.lmHead;
+    const advice =
+      q && q.kind !== "none"
+        ? "fewer LUT bits or a larger --budget would fit it"
+        : `${c.kind === "embed" ? "--embed-lut 8" : "--lmhead-lut 6"} (or int8) would shrink it`;
+    warnings.push(
+      `warning: ${c.file} is ~${formatBytes(c.estimatedBytes)}${q && q.kind !== "none" ? "" : " (unquantized)"}, over the ${budget} budget; ${advice}`,
+    );
+  }
+  return warnings;
 }

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { readChainManifest } from "@anemll-qwen35/ir/chain";
 import { describe, expect, it } from "vitest";
-import { ConvertOptionError, convert, OutputError } from "../src/convert.js";
+import { ConvertInterruptedError, ConvertOptionError, convert, OutputError } from "../src/convert.js";
 import { UnsupportedModelError } from "../src/graph/errors.js";
 
 const FIXTURES = resolve(__dirname, "../../../fixtures");
@@ -68,6 +68,73 @@ describe("convert", () => {
     const r = await convert({ model: tied, out, ctx: 128, fuse: 1, resume: true });
     expect(r.skipped).toEqual(["embed", "sb_00"]);
     expect((await readChainManifest(out)).components).toHaveLength(4);
+  });
+
+  it("keeps the finished weights of an interrupted package and reuses them on resume, for the same bytes", async () => {
+    const opts = { model: tied, ctx: 128, fuse: "all" as const, lmHeadMaxRows: 512 };
+    const ref = await convert({ ...opts, out: join(fresh(), "ref") });
+    const out = join(fresh(), "tiny");
+    const ac = new AbortController();
+    let done = 0;
+    const stopped = convert({
+      ...opts,
+      out,
+      signal: ac.signal,
+      onProgress: (e) => {
+        if (e.stage === "tensor" && e.component === "sb_00-01" && ++done === 5) ac.abort();
+      },
+    });
+    await expect(stopped).rejects.toThrow(ConvertInterruptedError);
+    await expect(stopped).rejects.toThrow(/1 finished package\(s\) and 5 finished weight\(s\).*--resume/);
+    expect(existsSync(out)).toBe(false);
+    const r = await convert({ ...opts, out, resume: true });
+    expect(r.skipped).toEqual(["embed"]);
+    expect(r.reusedWeights).toHaveLength(5);
+    expect(r.weights.filter((w) => w.reused).map((w) => w.name)).toEqual(r.reusedWeights);
+    expect(r.manifest.components.map((c) => c.sha256)).toEqual(ref.manifest.components.map((c) => c.sha256));
+    expect(existsSync(join(out, ".resume"))).toBe(false);
+  });
+
+  it("reports progress per weight, its fraction only growing", async () => {
+    const events: { stage: string; tensor?: string; fraction: number }[] = [];
+    const r = await convert({
+      model: tied,
+      out: join(fresh(), "p"),
+      ctx: 128,
+      lmHeadMaxRows: 512,
+      onProgress: (e) => events.push(e),
+    });
+    const tensors = events.filter((e) => e.stage === "tensor");
+    expect(tensors.map((e) => e.tensor)).toEqual(r.weights.map((w) => w.name));
+    for (let i = 1; i < events.length; i++)
+      expect(events[i].fraction).toBeGreaterThanOrEqual(events[i - 1].fraction);
+    expect(events.at(-1)?.fraction).toBe(1);
+  });
+
+  it("keeps an explicit fuse over the budget and warns once per cause, with readable sizes", async () => {
+    const lines: string[] = [];
+    const r = await convert({
+      model: tied,
+      out: join(fresh(), "f"),
+      ctx: 128,
+      fuse: 2,
+      budgetBytes: 100_000,
+      lmHeadMaxRows: 512,
+      onLog: (l) => lines.push(l),
+    });
+    expect(r.manifest.components.map((c) => c.file)).toEqual([
+      "embed.mlpackage",
+      "sb_00-01.mlpackage",
+      "lm_head.mlpackage",
+    ]);
+    const warnings = lines.filter((l) => l.startsWith("warning:"));
+    expect(warnings).toHaveLength(3);
+    expect(warnings[0]).toMatch(/--fuse 2 makes sb_00-01 \(~1\.\d\d MB\) larger than the 100 kB budget/);
+    expect(warnings[1]).toMatch(
+      /embed\.mlpackage is ~262 kB \(unquantized\), over the 100 kB budget; --embed-lut 8/,
+    );
+    expect(warnings[2]).toMatch(/lm_head\.mlpackage is ~\d+ kB, over the 100 kB budget/);
+    expect(lines.join("\n")).not.toMatch(/0\.00 GB/);
   });
 
   it("rejects bad options and inputs with clear errors", async () => {

@@ -1,5 +1,14 @@
+import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { depalettize, palettize, reconstructionError, roundArrayToF16 } from "../src/palettize.js";
+import { dpInWasm, type KmeansValues, kmeansGroups, useJsDp } from "../src/kmeans.js";
+import { KmeansPool } from "../src/kmeans-pool.js";
+import {
+  depalettize,
+  palettize,
+  reconstructionError,
+  reconstructionErrorOf,
+  roundArrayToF16,
+} from "../src/palettize.js";
 
 /** Deterministic pseudo-normal values (sum of uniforms), independent of the code under test. */
 function gaussian(n: number, seed: number, scale = 0.05): Float32Array {
@@ -78,6 +87,99 @@ describe("palettize", () => {
     }
     for (let i = 1; i < errs.length; i++) expect(errs[i]).toBeLessThan(errs[i - 1]);
     expect(reconstructionError(w, roundArrayToF16(w)).mse).toBeLessThan(errs[3]);
+  });
+
+  it("clusters stored bf16/fp16 patterns exactly as their fp32 values (histogram vs sorting path)", async () => {
+    const w = gaussian(16 * 512, 5);
+    w[17] = -0; // −0 and +0 are one value
+    w[18] = 0;
+    for (const format of ["bf16", "fp16"] as const) {
+      const bits = Uint16Array.from(w, format === "bf16" ? f32ToBf16Bits : f32ToF16Bits);
+      const values = Float32Array.from(bits, format === "bf16" ? bf16BitsToF32 : f16BitsToF32);
+      for (const k of [4, 16, 64]) {
+        const run = (v: KmeansValues) => {
+          const task = {
+            values: v,
+            groupLen: 4 * 512,
+            first: 0,
+            end: 4,
+            k,
+            maxIterations: 300,
+            indices: new Uint8Array(w.length),
+            lut: new Uint16Array(4 * k),
+            stats: new Float64Array(12),
+          };
+          kmeansGroups(task);
+          return task;
+        };
+        const a = run({ format, bits });
+        const b = run({ format: "fp32", values });
+        expect(Buffer.from(a.indices).equals(Buffer.from(b.indices))).toBe(true);
+        expect(Buffer.from(a.lut.buffer).equals(Buffer.from(b.lut.buffer))).toBe(true);
+        // the error summed over the histogram is the element-by-element one
+        const p = await palettize({ dtype: format === "bf16" ? "bf16" : "f16", data: bits }, [16, 512], {
+          bits: Math.log2(k) as 4,
+          groupSize: 4,
+          workers: 1,
+        });
+        const direct = reconstructionError(values, depalettize(p));
+        expect(reconstructionErrorOf(p).mse).toBeCloseTo(direct.mse, 15);
+        expect(reconstructionErrorOf(p).maxAbs).toBe(direct.maxAbs);
+      }
+    }
+  });
+
+  it("the WebAssembly DP gives the JavaScript DP's split points exactly", async () => {
+    if (!dpInWasm()) return; // nothing to compare where WebAssembly SIMD is unavailable
+    const w = Uint16Array.from(gaussian(32 * 1024, 9), f32ToBf16Bits);
+    const run = async (js: boolean) => {
+      useJsDp(js);
+      try {
+        return await palettize({ dtype: "bf16", data: w }, [32, 1024], { bits: 4, workers: 1 });
+      } finally {
+        useJsDp(false);
+      }
+    };
+    const [a, b] = [await run(true), await run(false)];
+    expect(Buffer.from(a.indices).equals(Buffer.from(b.indices))).toBe(true);
+    expect(Buffer.from(a.lut.buffer).equals(Buffer.from(b.lut.buffer))).toBe(true);
+  });
+
+  it("pools of any size give the same bytes, and an abort stops a pool's work at once", async () => {
+    const w = Uint16Array.from(gaussian(256 * 1024, 13), f32ToBf16Bits);
+    const input = { dtype: "bf16" as const, data: w };
+    const ref = await palettize(input, [256, 1024], { bits: 4, workers: 1 });
+    await using one = new KmeansPool(1);
+    await using pool = new KmeansPool(3);
+    for (const p of [
+      await palettize(input, [256, 1024], { bits: 4, pool: one }),
+      await palettize(input, [256, 1024], { bits: 4, pool }),
+    ]) {
+      expect(Buffer.from(p.indices).equals(Buffer.from(ref.indices))).toBe(true);
+      expect(Buffer.from(p.lut.buffer).equals(Buffer.from(ref.lut.buffer))).toBe(true);
+    }
+    const ac = new AbortController();
+    const t0 = performance.now();
+    const run = palettize(input, [256, 1024], { bits: 4, pool, signal: ac.signal });
+    setTimeout(() => ac.abort(), 20);
+    await expect(run).rejects.toThrow(/abort/i);
+    expect(performance.now() - t0).toBeLessThan(2000);
+    // the pool replaces the stopped workers
+    const again = await palettize(input, [256, 1024], { bits: 4, pool });
+    expect(Buffer.from(again.indices).equals(Buffer.from(ref.indices))).toBe(true);
+  });
+
+  it("rejects NaN and infinite weights, naming the group", async () => {
+    const w = gaussian(8 * 64, 1);
+    w[3 * 64 + 5] = Number.NaN;
+    await expect(palettize(w, [8, 64], { bits: 4, groupSize: 2, workers: 1 })).rejects.toThrow(
+      /group 1 holds a non-finite value/,
+    );
+    const bits = Uint16Array.from(gaussian(8 * 64, 1), f32ToBf16Bits);
+    bits[7] = 0x7f80; // +Inf
+    await expect(
+      palettize({ dtype: "bf16", data: bits }, [8, 64], { bits: 4, groupSize: 2, workers: 1 }),
+    ).rejects.toThrow(/group 0 holds a non-finite value/);
   });
 
   it("rejects bad options with clear errors", async () => {

@@ -1,7 +1,7 @@
 import { parseQwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import { publishedConfigJson } from "@anemll-qwen35/testkit";
 import { describe, expect, it } from "vitest";
-import { planComponents, superBlockBytes } from "../src/plan.js";
+import { formatBytes, planComponents, planWarnings, superBlockBytes } from "../src/plan.js";
 
 const LUT4 = { kind: "lut", bits: 4 } as const;
 const NONE = { kind: "none" } as const;
@@ -48,6 +48,35 @@ describe("planComponents", () => {
     // 9B super-block ≈ 4 layers × ~0.22 B params: fp16 ≈ 1.7 GB, LUT4 ≈ 0.43 GB → two per 1 GB package
     expect(superBlockBytes(cfg9, 0, NONE, 8)).toBeGreaterThan(1.5e9);
     expect(sbs.length).toBe(4);
+  });
+
+  it("keeps an explicit fuse even over the budget, and says so once", () => {
+    const options = { fuse: 4, budgetBytes: 1e9, body: NONE, groupSize: 8 } as const;
+    const plan = planComponents(cfg9, options);
+    expect(plan.map((c) => c.name)).toEqual(["embed", "sb_00-03", "sb_04-07", "lm_head"]);
+    const warnings = planWarnings(plan, options);
+    expect(warnings.filter((w) => w.includes("--fuse 4"))).toHaveLength(1);
+    expect(warnings[0]).toMatch(
+      /sb_00-03 \(~6\.\d\d GB\), sb_04-07 \(~6\.\d\d GB\) larger than the 1\.00 GB budget/,
+    );
+    // the 9B embedding (2.03 GB in fp16) is over the budget too
+    expect(warnings).toContainEqual(expect.stringMatching(/embed\.mlpackage is ~2\.03 GB \(unquantized\)/));
+    expect(
+      planWarnings(planComponents(cfg08, { ...options, budgetBytes: 1.5e9, body: LUT4 }), {
+        ...options,
+        budgetBytes: 1.5e9,
+        body: LUT4,
+      }),
+    ).toEqual([]);
+  });
+
+  it("formats sizes in decimal units", () => {
+    expect([formatBytes(999), formatBytes(1500), formatBytes(1.5e9), formatBytes(2.03e9)]).toEqual([
+      "999 B",
+      "1.50 kB",
+      "1.50 GB",
+      "2.03 GB",
+    ]);
   });
 
   it("groups fuse N at a time with a shorter last package", () => {

@@ -12,7 +12,7 @@ import {
 import { type Command, Option } from "commander";
 import type { Context } from "../context.js";
 import { bytes, choice, fuse, int, weightQuantOption } from "../options.js";
-import { progressBar } from "../progress.js";
+import { progressReporter } from "../progress.js";
 
 export function registerConvert(program: Command, ctx: Context): void {
   program
@@ -73,11 +73,17 @@ export function registerConvert(program: Command, ctx: Context): void {
     .option("--log <file>", "write the conversion log (per-tensor reconstruction error) to a file")
     .action(async (model: string, o) => {
       const out = ctx.output();
-      const bar = progressBar("convert", !out.json && process.stderr.isTTY === true);
+      const bar = progressReporter("convert", ctx.streams.stderr, { quiet: out.json });
       const log = o.log ? createWriteStream(o.log) : undefined;
       const ac = new AbortController();
-      const onSigint = () => ac.abort();
-      process.once("SIGINT", onSigint);
+      // first Ctrl-C: stop cleanly and keep what is finished; a second one: quit at once
+      const onSigint = () => {
+        if (ac.signal.aborted) process.exit(130);
+        bar.stop();
+        out.notice("interrupting: keeping the finished work for --resume (Ctrl-C again to quit at once)");
+        ac.abort();
+      };
+      process.on("SIGINT", onSigint);
       try {
         const r = await convert({
           model,
@@ -97,7 +103,12 @@ export function registerConvert(program: Command, ctx: Context): void {
           force: Boolean(o.force),
           workers: o.workers,
           signal: ac.signal,
-          onProgress: (e) => bar.update(e.fraction, `${e.stage}${e.component ? ` ${e.component}` : ""}`),
+          onProgress: (e) =>
+            bar.update(
+              e.fraction,
+              e.component ?? e.stage,
+              e.tensor ? `${e.tensor}${e.reused ? " (reused)" : ""}` : undefined,
+            ),
           onLog: (line) => {
             log?.write(`${line}\n`);
             if (line.startsWith("warning:")) out.notice(line);
@@ -109,12 +120,15 @@ export function registerConvert(program: Command, ctx: Context): void {
           out: r.out,
           seconds: r.seconds,
           skipped: r.skipped,
+          reusedWeights: r.reusedWeights,
           components: r.manifest.components.map((c) => c.file),
           worstRelativeWeightError: worst,
         });
         out.line(`converted ${model} → ${r.out} in ${r.seconds.toFixed(1)} s`);
         for (const c of r.manifest.components)
           out.line(`  ${c.file}${r.skipped.includes(c.name) ? "  (reused)" : ""}`);
+        if (r.reusedWeights.length > 0)
+          out.line(`  ${r.reusedWeights.length} weight(s) reused from the interrupted conversion`);
         out.line(
           `  ctx ${r.manifest.ctx} · state ${r.manifest.state} · ${r.manifest.dtype} · body ${r.manifest.quantization.body} · lm_head ${r.manifest.quantization.lmHead} · worst relative weight error ${worst.toExponential(2)}`,
         );

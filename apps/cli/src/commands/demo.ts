@@ -9,7 +9,7 @@ import type { Context } from "../context.js";
 import { statsLine } from "../generation-options.js";
 import { openModel } from "../model.js";
 import { UsageError } from "../options.js";
-import { progressBar } from "../progress.js";
+import { progressReporter } from "../progress.js";
 
 /** The bundled model: fixtures/tiny-trained, a Qwen3.5 trained on the King James Bible. */
 export const BUNDLED_MODEL = "tiny-trained";
@@ -55,12 +55,12 @@ export function registerDemo(program: Command, ctx: Context): void {
       const work = mkdtempSync(join(tmpdir(), "anemll-qwen35-demo-"));
       const dir = join(work, "model");
       try {
-        const bar = progressBar("convert", !out.json && process.stderr.isTTY === true);
+        const bar = progressReporter("convert", ctx.streams.stderr, { quiet: out.json });
         const conv = await convert({
           model,
           out: dir,
           ctx: 256,
-          onProgress: (e) => bar.update(e.fraction, e.component ?? e.stage),
+          onProgress: (e) => bar.update(e.fraction, e.component ?? e.stage, e.tensor),
         });
         bar.stop();
         out.line(

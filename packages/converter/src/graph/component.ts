@@ -57,6 +57,8 @@ export async function buildComponent(
     onWeight: options.onWeight,
     signal: options.signal,
     workers: options.workers,
+    pool: options.pool,
+    store: options.store,
   });
   let io: ComponentIO;
   if (spec.kind === "embed") io = await buildEmbed(w, o);

@@ -2,10 +2,11 @@
 
 import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import type { BlobSink } from "@anemll-qwen35/ir/mil";
+import type { KmeansPool } from "../kmeans-pool.js";
 import { GraphOptionError } from "./errors.js";
 import type { GraphDType, KvPlacement } from "./io.js";
 import type { QuantOptions } from "./quant.js";
-import type { WeightEncodingReport } from "./weights.js";
+import type { EncodedWeightStore, WeightEncodingReport } from "./weights.js";
 
 /**
  * One package's worth of the decode chain:
@@ -38,8 +39,12 @@ export interface BuildOptions {
   readonly onWeight?: (report: WeightEncodingReport) => void;
   /** Checked before every tensor read. */
   readonly signal?: AbortSignal;
-  /** Worker threads for LUT k-means (default: available parallelism). */
+  /** 1 = LUT k-means on the main thread only (default: the pool's workers). */
   readonly workers?: number;
+  /** Worker pool for LUT k-means (default: palettize's process-wide pool). */
+  readonly pool?: KmeansPool;
+  /** Keeps finished k-means weights for a resumed conversion. */
+  readonly store?: EncodedWeightStore;
 }
 
 export const DEFAULT_LM_HEAD_MAX_ROWS = 16384;

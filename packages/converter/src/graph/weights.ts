@@ -5,10 +5,20 @@
  * it has one. Nothing keeps a reference to a tensor after its constant is made, so peak memory is
  * about one stored tensor plus its encoded form.
  */
-import { AnemllError, f16BitsToF32, fromFloat32, type Tensor, toFloat32 } from "@anemll-qwen35/core";
+import { createHash } from "node:crypto";
+import { crc32 } from "node:zlib";
+import {
+  AnemllError,
+  bf16BitsToF32,
+  f16BitsToF32,
+  fromFloat32,
+  type Tensor,
+  toFloat32,
+} from "@anemll-qwen35/core";
 import { type Qwen35Config, type Qwen35Parameter, qwen35ParameterMap } from "@anemll-qwen35/ir/checkpoint";
-import type { MilBuilder, MilDType, MilVar } from "@anemll-qwen35/ir/mil";
-import { depalettize, palettize } from "../palettize.js";
+import type { MilBuilder, MilData, MilDType, MilVar } from "@anemll-qwen35/ir/mil";
+import type { KmeansPool } from "../kmeans-pool.js";
+import { palettize, type ReconstructionError, reconstructionErrorOf } from "../palettize.js";
 import { dequantizeInt8, quantizeInt8 } from "../quantize-int8.js";
 import {
   DEFAULT_LUT_GROUP_SIZE,
@@ -43,6 +53,8 @@ export interface WeightEncodingReport {
   /** ‖W − Ŵ‖ / ‖W‖. */
   readonly relative: number;
   readonly maxAbs: number;
+  /** Taken from an interrupted conversion instead of being computed again. */
+  readonly reused?: boolean;
 }
 
 export interface GraphWeightsOptions {
@@ -50,10 +62,22 @@ export interface GraphWeightsOptions {
   readonly quant: QuantOptions;
   readonly onWeight?: (r: WeightEncodingReport) => void;
   readonly signal?: AbortSignal;
-  /** Worker threads for k-means (palettize's default when absent). */
+  /** 1 = k-means on the main thread only (default: the pool's workers). */
   readonly workers?: number;
+  /** Worker pool for k-means (default: palettize's process-wide pool). */
+  readonly pool?: KmeansPool;
   /** Rows are converted to fp32 about this many values at a time (default 16 Mi). */
   readonly chunkElements?: number;
+  /** Keeps k-means results for a resumed conversion (convert's TensorJournal). */
+  readonly store?: EncodedWeightStore;
+}
+
+/** Keeps k-means results across an interrupted conversion. */
+export interface EncodedWeightStore {
+  /** A weight finished by an earlier attempt under this key, verified; undefined if none. */
+  reuse(key: string): Promise<EncodedWeight | undefined>;
+  /** A weight just handed to the builder; `data` are the arrays given to its op, in order. */
+  finished(key: string, name: string, weight: EncodedWeight, data: readonly MilData[]): void;
 }
 
 /** Canonical tensor name → MIL identifier ("layers.3.self_attn.q_proj.weight" → "layers_3_self_attn_q_proj_weight"). */
@@ -75,15 +99,18 @@ class ErrorSum {
   private maxAbs = 0;
 
   add(original: Float32Array, approx: Float32Array): void {
-    for (let i = 0; i < original.length; i++) {
-      const d = original[i] - approx[i];
-      this.se += d * d;
-      this.norm += original[i] * original[i];
-      if (Math.abs(d) > this.maxAbs) this.maxAbs = Math.abs(d);
-    }
+    for (let i = 0; i < original.length; i++) this.addRepeated(original[i], approx[i], 1);
   }
 
-  result(n: number): { mse: number; relative: number; maxAbs: number } {
+  /** `count` elements of value `original` stored as `approx`. */
+  addRepeated(original: number, approx: number, count: number): void {
+    const d = original - approx;
+    this.se += count * d * d;
+    this.norm += count * original * original;
+    if (Math.abs(d) > this.maxAbs) this.maxAbs = Math.abs(d);
+  }
+
+  result(n: number): ReconstructionError {
     return { mse: this.se / n, relative: Math.sqrt(this.se / (this.norm || 1)), maxAbs: this.maxAbs };
   }
 }
@@ -170,7 +197,7 @@ export class GraphWeights {
       // weights are named for their tensor, not for where the graph uses them
       return await this.b.unscoped(() => this.encodeUnchecked(t, start, end, tail, role, name));
     } catch (e) {
-      if (e instanceof WeightEncodingError) throw e;
+      if (e instanceof WeightEncodingError || this.opts.signal?.aborted) throw e;
       throw new WeightEncodingError(name, e);
     }
   }
@@ -184,95 +211,230 @@ export class GraphWeights {
     name: string,
   ): Promise<MilVar> {
     const q: WeightQuant = this.opts.quant[role] ?? NO_QUANT;
+    const store = q.kind === "lut" ? this.opts.store : undefined;
+    const key = store ? this.weightKey(t, start, end, tail, q, name) : "";
+    const reused = store ? await store.reuse(key) : undefined;
+    const e = reused ?? (await this.encodeData(t, start, end, tail, q));
     const dtype = this.dtype;
+    const lutDtype = (bits: Uint16Array) => (dtype === "fp16" ? bits : Float32Array.from(bits, f16BitsToF32));
+    let v: MilVar;
+    if (e.kind === "lut") {
+      const lut = lutDtype(e.lut);
+      v = this.b.constexprLutToDense({
+        indices: { data: e.indices, dtype: `uint${e.bits}` as MilDType, shape: e.shape },
+        lut: { data: lut, dtype, shape: e.lutShape },
+        name,
+      });
+      store?.finished(key, name, e, [e.indices, lut]);
+    } else if (e.kind === "int8") {
+      v = this.b.constexprBlockwiseShiftScale({
+        data: { data: e.data, dtype: "int8", shape: e.shape },
+        scale: { data: lutDtype(e.scale), dtype, shape: e.scaleShape },
+        name,
+      });
+    } else {
+      v = this.b.const(e.data, dtype, e.shape, { name });
+    }
+    const { encoding, bits, shape, error } = e;
+    this.opts.onWeight?.({ name, role, encoding, shape, bits, ...error, reused: reused !== undefined });
+    return v;
+  }
+
+  /** What a k-means result depends on: the tensor's stored rows (by checksum) and the encoding. */
+  private weightKey(
+    t: Tensor,
+    start: number,
+    end: number,
+    tail: readonly number[],
+    q: WeightQuant,
+    name: string,
+  ): string {
+    const cols = t.shape.slice(1).reduce((a, b) => a * b, 1);
+    const d = t.data as Exclude<Tensor["data"], BigInt64Array>;
+    const rows = d.subarray(start * cols, end * cols);
+    const stored = crc32(new Uint8Array(rows.buffer, rows.byteOffset, rows.byteLength));
+    const groupSize = this.opts.quant.groupSize ?? DEFAULT_LUT_GROUP_SIZE;
+    return createHash("sha256")
+      .update(
+        JSON.stringify({
+          name,
+          dtype: t.dtype,
+          shape: t.shape,
+          start,
+          end,
+          tail,
+          q,
+          groupSize,
+          graph: this.dtype,
+          stored,
+        }),
+      )
+      .digest("hex");
+  }
+
+  /** Rows [start, end) of `t` encoded as `q` says (no graph op yet). */
+  private async encodeData(
+    t: Tensor,
+    start: number,
+    end: number,
+    tail: readonly number[],
+    q: WeightQuant,
+  ): Promise<EncodedWeight> {
     const rows = end - start;
     const cols = tail.reduce((a, b) => a * b, 1);
     const shape = [rows, ...tail];
-    const err = new ErrorSum();
-    /** Calls `each(first, count)` over row chunks of about CHUNK_ELEMENTS values, `align` rows at a time. */
+    const stored16 = t.dtype === "bf16" || t.dtype === "f16";
+    /**
+     * Calls `each` over row chunks of about CHUNK_ELEMENTS values, `align` rows at a time, with
+     * the rows as stored (bf16/f16) or as fp32.
+     */
     const chunks = async (
       align: number,
-      each: (first: number, count: number, values: Float32Array) => Promise<void> | void,
+      each: (first: number, count: number, values: StoredRows) => Promise<void> | void,
     ) => {
       const budget = this.opts.chunkElements ?? CHUNK_ELEMENTS;
       const step = Math.max(align, Math.floor(budget / cols / align) * align);
       for (let r = 0; r < rows; r += step) {
+        this.opts.signal?.throwIfAborted();
         const count = Math.min(step, rows - r);
-        await each(r, count, rowsFloat32(t, start + r, start + r + count));
+        const a = (start + r) * cols;
+        const values: StoredRows = stored16
+          ? { dtype: t.dtype as "bf16" | "f16", data: (t.data as Uint16Array).subarray(a, a + count * cols) }
+          : rowsFloat32(t, start + r, start + r + count);
+        await each(r, count, values);
       }
     };
-    let v: MilVar;
-    let encoding: string;
-    let bits: number;
     if (q.kind === "lut") {
       const wanted = q.groupSize ?? this.opts.quant.groupSize ?? DEFAULT_LUT_GROUP_SIZE;
       // a group must divide the output channels: tiny projections (Hv rows) get gcd(rows, group)
       const groupSize = q.perTensor ? rows : gcd(rows, wanted);
       const k = 2 ** q.bits;
+      const groups = rows / groupSize;
       const indices = new Uint8Array(rows * cols);
-      const lutBits = new Uint16Array((rows / groupSize) * k);
+      const lut = new Uint16Array(groups * k);
+      const groupErrors = new Float64Array(groups * 3);
       let lutShape: readonly number[] = [];
       await chunks(groupSize, async (first, count, values) => {
         const p = await palettize(values, [count, ...tail], {
           bits: q.bits,
           groupSize,
           workers: this.opts.workers,
+          pool: this.opts.pool,
+          signal: this.opts.signal,
         });
         indices.set(p.indices, first * cols);
-        lutBits.set(p.lut, (first / groupSize) * k);
-        lutShape = [rows / groupSize, ...p.lutShape.slice(1)];
-        err.add(values, depalettize(p));
+        lut.set(p.lut, (first / groupSize) * k);
+        groupErrors.set(p.groupErrors, (first / groupSize) * 3);
+        lutShape = [groups, ...p.lutShape.slice(1)];
       });
-      v = this.b.constexprLutToDense({
-        indices: { data: indices, dtype: `uint${q.bits}` as MilDType, shape },
-        lut: {
-          data: dtype === "fp16" ? lutBits : Float32Array.from(lutBits, f16BitsToF32),
-          dtype,
-          shape: lutShape,
-        },
-        name,
-      });
-      encoding = q.perTensor ? `lut${q.bits},per-tensor` : `lut${q.bits},g${groupSize}`;
-      bits = q.bits;
-    } else if (q.kind === "int8") {
+      return {
+        kind: "lut",
+        shape,
+        indices,
+        lut,
+        lutShape,
+        bits: q.bits,
+        encoding: q.perTensor ? `lut${q.bits},per-tensor` : `lut${q.bits},g${groupSize}`,
+        error: reconstructionErrorOf({ groupErrors, indices }),
+      };
+    }
+    const err = new ErrorSum();
+    if (q.kind === "int8") {
       const blockSize = q.blockSize ?? tail[0];
       const blocks = tail[0] / blockSize;
       const data = new Int8Array(rows * cols);
       const scale = new Uint16Array(rows * blocks);
-      await chunks(1, (first, count, values) => {
+      await chunks(1, (first, count, stored) => {
+        const values = stored instanceof Float32Array ? stored : toFloat32(stored.dtype, stored.data);
         const qi = quantizeInt8(values, [count, ...tail], blockSize);
         data.set(qi.data, first * cols);
         scale.set(qi.scale, first * blocks);
         err.add(values, dequantizeInt8(qi));
       });
-      v = this.b.constexprBlockwiseShiftScale({
-        data: { data, dtype: "int8", shape },
-        scale: {
-          data: dtype === "fp16" ? scale : Float32Array.from(scale, f16BitsToF32),
-          dtype,
-          shape: [rows, blocks, ...tail.slice(1)],
-        },
-        name,
-      });
-      encoding = `int8,b${blockSize}`;
-      bits = 8;
-    } else {
-      const out = dtype === "fp16" ? new Uint16Array(rows * cols) : new Float32Array(rows * cols);
-      await chunks(1, (first, _count, values) => {
-        if (out instanceof Float32Array) {
-          out.set(values, first * cols);
-          return;
-        }
-        const bits = fromFloat32("f16", values); // bulk, integer-only conversions
-        out.set(bits, first * cols);
-        err.add(values, toFloat32("f16", bits));
-      });
-      v = this.b.const(out, dtype, shape, { name });
-      encoding = dtype;
-      bits = dtype === "fp16" ? 16 : 32;
+      return {
+        kind: "int8",
+        shape,
+        data,
+        scale,
+        scaleShape: [rows, blocks, ...tail.slice(1)],
+        bits: 8,
+        encoding: `int8,b${blockSize}`,
+        error: err.result(rows * cols),
+      };
     }
-    this.opts.onWeight?.({ name, role, encoding, shape, bits, ...err.result(rows * cols) });
-    return v;
+    const fp16 = this.dtype === "fp16";
+    const out = fp16 ? new Uint16Array(rows * cols) : new Float32Array(rows * cols);
+    await chunks(1, (first, _count, stored) => {
+      if (out instanceof Float32Array) {
+        out.set(stored instanceof Float32Array ? stored : toFloat32(stored.dtype, stored.data), first * cols);
+      } else if (stored instanceof Float32Array) {
+        const bits = fromFloat32("f16", stored); // bulk, integer-only conversions
+        out.set(bits, first * cols);
+        err.add(stored, toFloat32("f16", bits));
+      } else if (stored.dtype === "f16") {
+        out.set(stored.data, first * cols);
+      } else {
+        bf16ToF16(stored.data, out.subarray(first * cols), err);
+      }
+    });
+    return {
+      kind: "plain",
+      shape,
+      data: out,
+      bits: fp16 ? 16 : 32,
+      encoding: this.dtype,
+      error: err.result(rows * cols),
+    };
+  }
+}
+
+/** Rows of a stored tensor as the encoders take them: 16-bit patterns as stored, or fp32 values. */
+type StoredRows = Float32Array | { readonly dtype: "bf16" | "f16"; readonly data: Uint16Array };
+
+/** One weight encoded for the graph: the constant data of its op, its shape and its error. */
+export type EncodedWeight = {
+  readonly shape: readonly number[];
+  readonly encoding: string;
+  readonly bits: number;
+  readonly error: ReconstructionError;
+} & (
+  | {
+      readonly kind: "lut";
+      readonly indices: Uint8Array;
+      readonly lut: Uint16Array;
+      readonly lutShape: readonly number[];
+    }
+  | {
+      readonly kind: "int8";
+      readonly data: Int8Array;
+      readonly scale: Uint16Array;
+      readonly scaleShape: readonly number[];
+    }
+  | { readonly kind: "plain"; readonly data: Uint16Array | Float32Array }
+);
+
+let bf16ToF16Table: Uint16Array | undefined;
+
+/**
+ * bf16 patterns → fp16 patterns (round to nearest even, as fromFloat32 does) through a 64 Ki
+ * table, with the rounding error summed over the patterns' histogram rather than per element.
+ */
+function bf16ToF16(src: Uint16Array, out: Uint16Array, err: ErrorSum): void {
+  if (!bf16ToF16Table) {
+    const f32 = new Float32Array(65536);
+    const u32 = new Uint32Array(f32.buffer);
+    for (let i = 0; i < 65536; i++) u32[i] = i << 16;
+    bf16ToF16Table = fromFloat32("f16", f32);
+  }
+  const table = bf16ToF16Table;
+  const count = new Float64Array(65536);
+  for (let i = 0; i < src.length; i++) {
+    const b = src[i];
+    out[i] = table[b];
+    count[b] += 1;
+  }
+  for (let b = 0; b < 65536; b++) {
+    if (count[b] > 0) err.addRepeated(bf16BitsToF32(b), f16BitsToF32(table[b]), count[b]);
   }
 }
 

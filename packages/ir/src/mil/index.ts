@@ -9,6 +9,8 @@ export * from "./format/index.js";
 export * from "./fp16.js";
 export * from "./interpreter.js";
 export { type GemmOptions, gemmNT } from "./kernels/gemm.js";
+/** The WebAssembly encoder the kernels are written with (also used by the converter's k-means). */
+export * as wasmAsm from "./kernels/wasm-asm.js";
 export * from "./ops/index.js";
 export * from "./printer.js";
 export * from "./program.js";

@@ -273,10 +273,24 @@ export function toMilData(
     }
     default: {
       const [lo, hi] = INT_RANGES[dtype] ?? [0, 0];
+      // data already in its storage class is range-checked and kept, as fp32/fp16 data are
+      // (LUT indices and int8 weights run to hundreds of millions of elements)
+      const int8 = dtype === "int8" || dtype === "int4";
+      if ((values instanceof Uint8Array && !int8 && hi <= 255) || (values instanceof Int8Array && int8)) {
+        for (let i = 0; i < n; i++) {
+          const v = values[i];
+          if (v < lo || v > hi) {
+            throw new InvalidArgumentError(
+              `value ${v} at index ${i} is not a valid ${dtype} (integers ${lo}..${hi})`,
+            );
+          }
+        }
+        return values;
+      }
       let out: Int32Array | Int16Array | Int8Array | Uint8Array | Uint16Array | Uint32Array;
       if (dtype === "int32") out = new Int32Array(n);
       else if (dtype === "int16") out = new Int16Array(n);
-      else if (dtype === "int8" || dtype === "int4") out = new Int8Array(n);
+      else if (int8) out = new Int8Array(n);
       else if (dtype === "uint16") out = new Uint16Array(n);
       else if (dtype === "uint32") out = new Uint32Array(n);
       else out = new Uint8Array(n);

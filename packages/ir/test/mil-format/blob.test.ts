@@ -140,6 +140,47 @@ describe("BlobWriter layout (byte-exact)", () => {
   });
 });
 
+describe("BlobWriter writing behind", () => {
+  const blobs: [TensorType, MilData][] = [
+    [tensorType("uint4", [999]), randomData("uint4", 999, 1)],
+    [tensorType("fp16", [3, 70]), randomData("fp16", 210, 2)],
+    [tensorType("uint6", [129]), randomData("uint6", 129, 3)],
+    [tensorType("fp32", [5000]), randomData("fp32", 5000, 4)],
+    [tensorType("uint8", [7]), randomData("uint8", 7, 5)],
+    [tensorType("int8", [4096]), randomData("int8", 4096, 6)],
+  ];
+  const writeAll = async (writeBehindBytes: number) => {
+    const file = tmp();
+    const w = BlobWriter.create(file, DEFAULT_BLOB_FILE_NAME, { writeBehindBytes });
+    const offsets = blobs.map(([t, d]) => w.write(t, d).offset);
+    await w.flush();
+    w.finish({ sync: true });
+    return { bytes: readFileSync(file), offsets };
+  };
+
+  it("writes the same file as writing each blob at once, queued or past the queue limit", async () => {
+    const sync = await writeAll(0);
+    for (const limit of [1 << 30, 3000]) {
+      const behind = await writeAll(limit);
+      expect(behind.offsets).toEqual(sync.offsets);
+      expect(Buffer.compare(behind.bytes, sync.bytes)).toBe(0);
+    }
+  });
+
+  it("refuses to finish before flush, and aborts safely with writes in flight", async () => {
+    const w = BlobWriter.create(tmp(), DEFAULT_BLOB_FILE_NAME, { writeBehindBytes: 1 << 30 });
+    w.write(tensorType("fp32", [1 << 16]), randomData("fp32", 1 << 16, 7));
+    expect(() => w.finish()).toThrow(/await flush\(\) first/);
+    await w.flush();
+    w.finish();
+    const a = BlobWriter.create(tmp(), DEFAULT_BLOB_FILE_NAME, { writeBehindBytes: 1 << 30 });
+    a.write(tensorType("fp32", [1 << 16]), randomData("fp32", 1 << 16, 8));
+    a.abort();
+    await a.flush();
+    expect(a.closed).toBe(true);
+  });
+});
+
 describe("BlobReader", () => {
   it("round-trips every blob dtype, including empty and odd-length tensors", () => {
     const file = tmp();

@@ -62,6 +62,16 @@ describe("sub-byte packing (LSB-first)", () => {
     });
   }
 
+  it("packs 4-bit typed arrays (the fast path) exactly as plain arrays", () => {
+    const r = rng(44);
+    for (const n of [0, 1, 2, 7, 1000, 1001]) {
+      const u = Uint8Array.from({ length: n }, () => Math.floor(r() * 16));
+      expect([...packSubByte("uint4", u)]).toEqual([...packSubByte("uint4", [...u])]);
+      const s = Int8Array.from(u, (v) => v - 8);
+      expect([...packSubByte("int4", s)]).toEqual([...packSubByte("int4", [...s])]);
+    }
+  });
+
   it("refuses values outside the type's range", () => {
     expect(() => packSubByte("uint4", Uint8Array.of(1, 16))).toThrow(/element 1 is 16/);
     expect(() => packSubByte("int4", Int8Array.of(8))).toThrow(InvalidArgumentError);

@@ -12,6 +12,7 @@ import {
   type Operation,
   type TensorType,
   tensorType,
+  toMilData,
 } from "../../src/mil/index.js";
 
 const f16 = (shape: number[]) => tensorType("fp16", shape);
@@ -315,5 +316,18 @@ describe("MilBuilder: outputs, states, blobs, functions", () => {
     expect(m.specificationVersion).toBe(9);
     expect(m.program.functions.main.opset).toBe("CoreML8");
     expect(m.metadata?.author).toBe("test");
+  });
+});
+
+describe("const data", () => {
+  it("keeps uint/int8 typed data as given (no copy of large LUT indices), range-checked", () => {
+    const idx = Uint8Array.of(0, 15, 7);
+    expect(toMilData("uint4", idx)).toBe(idx);
+    const q = Int8Array.of(-128, 127);
+    expect(toMilData("int8", q)).toBe(q);
+    expect(() => toMilData("uint4", Uint8Array.of(16))).toThrow(/value 16 at index 0 is not a valid uint4/);
+    expect(() => toMilData("int4", Int8Array.of(-9))).toThrow(/not a valid int4/);
+    // other representations are still converted
+    expect(toMilData("uint16", Uint8Array.of(3))).toEqual(Uint16Array.of(3));
   });
 });

@@ -10,9 +10,11 @@
  *
  * A blob is addressed by its metadata offset (that is what `BlobFileValue.offset` holds).
  * The writer appends to an open file (never holding the file in memory) and patches the count
- * at the end; the reader checks every offset and size against the file before reading.
+ * at the end; the reader checks every offset and size against the file before reading. With
+ * `writeBehindBytes`, blobs are written in the background (offsets are fixed when a blob is
+ * handed over, so the file is the same) while the caller computes the next one.
  */
-import { closeSync, fstatSync, fsyncSync, openSync, readSync, writeSync } from "node:fs";
+import { closeSync, fstatSync, fsyncSync, openSync, readSync, writeSync, writev } from "node:fs";
 import { numel } from "@anemll-qwen35/core";
 import type { BlobRef, BlobSink, MilData, MilDType, TensorType } from "../program.js";
 import { BLOB_DATA_TYPE, blobDTypeFromCode, SUB_BYTE_BITS } from "./dtypes.js";
@@ -64,6 +66,15 @@ function readAll(fd: number, into: Uint8Array, position: number): number {
   return done;
 }
 
+export interface BlobWriterOptions {
+  /**
+   * Write blobs in the background, keeping at most this many bytes queued (beyond that, a write
+   * waits for the disk). 0 (the default) writes each blob before `write` returns. Data handed to
+   * `write` must then stay unchanged until `flush()`.
+   */
+  readonly writeBehindBytes?: number;
+}
+
 /**
  * Streams blobs into a weight file. Use it as the `BlobSink` of a builder so constants go to disk
  * as they are made; call `finish()` once to patch the header and close the file.
@@ -75,15 +86,24 @@ export class BlobWriter implements BlobSink {
   private fd: number | undefined;
   private end = BLOB_HEADER_SIZE;
   private readonly written = new Map<number, WrittenBlob>();
+  private readonly writeBehindBytes: number;
+  private queuedBytes = 0;
+  private pending = new Set<Promise<void>>();
+  private failure: Error | undefined;
 
-  private constructor(filePath: string, fileName: string, fd: number) {
+  private constructor(filePath: string, fileName: string, fd: number, writeBehindBytes: number) {
     this.filePath = filePath;
     this.fileName = fileName;
     this.fd = fd;
+    this.writeBehindBytes = writeBehindBytes;
   }
 
   /** Creates (truncates) `filePath` and writes a provisional header (count patched by finish). */
-  static create(filePath: string, fileName: string = DEFAULT_BLOB_FILE_NAME): BlobWriter {
+  static create(
+    filePath: string,
+    fileName: string = DEFAULT_BLOB_FILE_NAME,
+    options: BlobWriterOptions = {},
+  ): BlobWriter {
     let fd: number;
     try {
       fd = openSync(filePath, "w");
@@ -92,7 +112,7 @@ export class BlobWriter implements BlobSink {
         cause,
       });
     }
-    const w = new BlobWriter(filePath, fileName, fd);
+    const w = new BlobWriter(filePath, fileName, fd, options.writeBehindBytes ?? 0);
     writeAll(fd, w.header(), 0);
     return w;
   }
@@ -147,9 +167,8 @@ export class BlobWriter implements BlobSink {
         `${count} ${dtype} elements need ${expected} payload bytes, got ${payload.length}`,
       );
     }
-    const metadataOffset = Math.ceil(this.end / BLOB_ALIGNMENT) * BLOB_ALIGNMENT;
-    const gap = metadataOffset - this.end;
-    if (gap > 0) writeAll(fd, new Uint8Array(gap), this.end);
+    const start = this.end;
+    const metadataOffset = Math.ceil(start / BLOB_ALIGNMENT) * BLOB_ALIGNMENT;
     const md = new Uint8Array(BLOB_METADATA_SIZE);
     const v = new DataView(md.buffer);
     v.setUint32(0, BLOB_SENTINEL, true);
@@ -157,16 +176,52 @@ export class BlobWriter implements BlobSink {
     v.setBigUint64(8, BigInt(payload.length), true);
     v.setBigUint64(16, BigInt(metadataOffset + BLOB_METADATA_SIZE), true);
     v.setBigUint64(24, BigInt(paddingBitsOf(dtype, count)), true);
-    writeAll(fd, md, metadataOffset);
-    writeAll(fd, payload, metadataOffset + BLOB_METADATA_SIZE);
+    // the alignment gap, the metadata and the payload, contiguous from `start`
+    const parts = [new Uint8Array(metadataOffset - start), md, payload];
+    const bytes = metadataOffset - start + BLOB_METADATA_SIZE + payload.length;
     this.end = metadataOffset + BLOB_METADATA_SIZE + payload.length;
     this.written.set(metadataOffset, { dtype, count });
+    if (this.queuedBytes + bytes > this.writeBehindBytes) {
+      writeParts(fd, parts, start);
+    } else {
+      // regions never overlap, so background writes may complete in any order
+      this.queuedBytes += bytes;
+      const done: Promise<void> = new Promise<void>((resolve) => {
+        writeBehind(fd, parts, start, (err) => {
+          this.queuedBytes -= bytes;
+          this.pending.delete(done);
+          if (err)
+            this.failure ??= new BlobFormatError("io", this.filePath, start, `write failed: ${err.message}`, {
+              cause: err,
+            });
+          resolve();
+        });
+      });
+      this.pending.add(done);
+    }
     return metadataOffset;
   }
 
-  /** Patches the blob count into the header and closes the file; `sync` also flushes it to disk. */
+  /** Waits for the blobs being written in the background (rejects if one failed). */
+  async flush(): Promise<void> {
+    while (this.pending.size > 0) await Promise.all(this.pending);
+    if (this.failure) throw this.failure;
+  }
+
+  /**
+   * Patches the blob count into the header and closes the file; `sync` also flushes it to disk.
+   * Call `flush()` first when writing behind.
+   */
   finish(options: { sync?: boolean } = {}): void {
     const fd = this.requireOpen();
+    if (this.pending.size > 0) {
+      throw new BlobFormatError(
+        "io",
+        this.filePath,
+        this.end,
+        "finish() while blobs are still being written (await flush() first)",
+      );
+    }
     try {
       writeAll(fd, this.header(), 0);
       if (options.sync) fsyncSync(fd);
@@ -176,12 +231,13 @@ export class BlobWriter implements BlobSink {
     }
   }
 
-  /** Closes the file without finishing it (the caller removes it). */
+  /** Closes the file without finishing it (the caller removes it); once background writes are done. */
   abort(): void {
-    if (this.fd !== undefined) {
-      closeSync(this.fd);
-      this.fd = undefined;
-    }
+    const fd = this.fd;
+    if (fd === undefined) return;
+    this.fd = undefined;
+    if (this.pending.size === 0) closeSync(fd);
+    else void Promise.all(this.pending).then(() => closeSync(fd));
   }
 
   private header(): Uint8Array {
@@ -196,8 +252,47 @@ export class BlobWriter implements BlobSink {
     if (this.fd === undefined) {
       throw new BlobFormatError("io", this.filePath, this.end, "weight file already finished or aborted");
     }
+    if (this.failure) throw this.failure;
     return this.fd;
   }
+}
+
+function writeParts(fd: number, parts: Uint8Array[], position: number): void {
+  let at = position;
+  for (const p of parts) {
+    writeAll(fd, p, at);
+    at += p.length;
+  }
+}
+
+/** writev of `parts` at `position` on the libuv thread pool, resuming short writes. */
+function writeBehind(
+  fd: number,
+  parts: Uint8Array[],
+  position: number,
+  done: (err: Error | null) => void,
+): void {
+  const rest = parts.filter((p) => p.length > 0);
+  if (rest.length === 0) {
+    done(null);
+    return;
+  }
+  writev(fd, rest, position, (err, n) => {
+    if (err) {
+      done(err);
+      return;
+    }
+    let left = n;
+    const remaining: Uint8Array[] = [];
+    for (const p of rest) {
+      if (left >= p.length) left -= p.length;
+      else {
+        remaining.push(p.subarray(left));
+        left = 0;
+      }
+    }
+    writeBehind(fd, remaining, position + n, done);
+  });
 }
 
 function u64(v: DataView, at: number, file: string, offset: number, field: string): number {

@@ -104,6 +104,19 @@ export function packSubByte(dtype: MilDType, values: ArrayLike<number>): Uint8Ar
   const [lo, hi] = valueRange(dtype);
   const mask = (1 << bits) - 1;
   const out = new Uint8Array(Math.ceil((values.length * bits) / 8));
+  if (bits === 4 && (values instanceof Uint8Array || values instanceof Int8Array)) {
+    // the common case (LUT4 indices), two elements per byte
+    const n = values.length;
+    for (let i = 0; i < n; i++) {
+      const v = values[i];
+      if (v < lo || v > hi)
+        throw new InvalidArgumentError(`${dtype} element ${i} is ${v}, outside [${lo}, ${hi}]`);
+    }
+    let i = 0;
+    for (; i + 1 < n; i += 2) out[i >>> 1] = (values[i] & 15) | ((values[i + 1] & 15) << 4);
+    if (i < n) out[i >>> 1] = values[i] & 15;
+    return out;
+  }
   let acc = 0;
   let accBits = 0;
   let j = 0;

@@ -68,6 +68,11 @@ async function writeFileSynced(path: string, bytes: Uint8Array | string): Promis
 export interface MlPackageWriterOptions {
   /** Replace an existing package at the destination (at the very end). Default true. */
   overwrite?: boolean;
+  /**
+   * Write weights in the background with up to this many bytes queued (see BlobWriterOptions);
+   * constants handed to `blobs` must then stay unchanged. Default 0: each is written at once.
+   */
+  writeBehindBytes?: number;
 }
 
 /**
@@ -114,7 +119,9 @@ export class MlPackageWriter {
     const tempPath = join(parent, `.${basename(dest)}.tmp-${randomUUID()}`);
     const weightsDir = join(tempPath, DATA_DIR, COREML_AUTHOR, WEIGHTS_DIR_NAME);
     await mkdir(weightsDir, { recursive: true });
-    const blobWriter = BlobWriter.create(join(weightsDir, WEIGHTS_FILE_NAME), DEFAULT_BLOB_FILE_NAME);
+    const blobWriter = BlobWriter.create(join(weightsDir, WEIGHTS_FILE_NAME), DEFAULT_BLOB_FILE_NAME, {
+      writeBehindBytes: options.writeBehindBytes,
+    });
     return new MlPackageWriter(dest, tempPath, blobWriter, overwrite);
   }
 
@@ -135,6 +142,16 @@ export class MlPackageWriter {
     return this.blobWriter.size;
   }
 
+  /** The weight file being written (inside the temporary package). */
+  get weightFile(): string {
+    return this.blobWriter.filePath;
+  }
+
+  /** Waits until every blob handed over so far is in the weight file. */
+  flush(): Promise<void> {
+    return this.blobWriter.flush();
+  }
+
   /** Serialises `model`, completes the package and moves it into place. */
   async finish(model: MlModel): Promise<void> {
     this.requireOpen();
@@ -143,6 +160,7 @@ export class MlPackageWriter {
         blobs: this.blobWriter,
         placeBlob: (value, where) => this.placeBlob(value, where),
       });
+      await this.blobWriter.flush();
       this.blobWriter.finish({ sync: true });
       const dataDir = join(this.tempPath, DATA_DIR, COREML_AUTHOR);
       await writeFileSynced(join(dataDir, MODEL_FILE_NAME), encodeModelProto(proto));

@@ -1,11 +1,13 @@
 /**
  * A minimal WebAssembly binary encoder — just enough to emit the interpreter's SIMD matrix
- * kernels at startup without a toolchain. Encodings follow the WebAssembly core spec
- * (binary format, §5) and the fixed-width SIMD proposal (0xFD-prefixed opcodes).
+ * kernels and the converter's k-means DP at startup without a toolchain. Encodings follow the
+ * WebAssembly core spec (binary format, §5) and the fixed-width SIMD proposal (0xFD-prefixed
+ * opcodes).
  */
 
 export const I32 = 0x7f;
 export const F32 = 0x7d;
+export const F64 = 0x7c;
 export const V128 = 0x7b;
 
 export function uleb(n: number): number[] {
@@ -125,6 +127,35 @@ export const op = {
   f64x2Mul: simd(0xf2),
   f32x4ConvertI32x4S: simd(0xfa),
   f64x2ConvertLowI32x4S: simd(0xfe),
+  // scalar control, i32 and f64
+  select: [0x1b],
+  i32Eq: [0x46],
+  i32LtS: [0x48],
+  i32GtS: [0x4a],
+  i32LeS: [0x4c],
+  i32GeS: [0x4e],
+  i32Or: [0x72],
+  /** i32.store, natural alignment (2^2). */
+  i32Store: (offset = 0) => [0x36, 2, ...uleb(offset)],
+  /** f64.load / f64.store, natural alignment (2^3). */
+  f64Load: (offset = 0) => [0x2b, 3, ...uleb(offset)],
+  f64Store: (offset = 0) => [0x39, 3, ...uleb(offset)],
+  f64Const: (v: number) => [0x44, ...new Uint8Array(new Float64Array([v]).buffer)],
+  f64Eq: [0x61],
+  f64Lt: [0x63],
+  f64Add: [0xa0],
+  f64Sub: [0xa1],
+  f64Mul: [0xa2],
+  f64Div: [0xa3],
+  i32TruncF64S: [0xaa],
+  f64ConvertI32S: [0xb7],
+  // f64x2 lanes (IEEE per lane, no fusing: bit-identical to the scalar ops)
+  f64x2Splat: simd(0x14),
+  f64x2ExtractLane: (lane: number) => simd(0x21, lane),
+  f64x2ReplaceLane: (lane: number) => simd(0x22, lane),
+  f64x2Lt: simd(0x49),
+  f64x2Add: simd(0xf0),
+  f64x2Div: simd(0xf3),
 };
 
 export interface FuncSpec {
