@@ -127,6 +127,18 @@ try {
   if (mlx && !imported.mlx.available)
     throw new Error(`runtime-mlx installed but its addon did not load: ${imported.mlx.reason}`);
 
+  step("the converter's k-means worker (its own file in the tarball) from the installed package");
+  const kmeans = `
+    import { palettize } from "@anemll-qwen35/converter";
+    const w = new Float32Array(512 * 4096).map((_, i) => Math.round(Math.sin(i * 0.37) * 2000) / 65536);
+    const a = await palettize(w, [512, 4096], { bits: 4, workers: 1 });
+    const b = await palettize(w, [512, 4096], { bits: 4 }); // on the worker pool
+    const same = (x, y) => Buffer.from(x.buffer, x.byteOffset, x.byteLength).equals(Buffer.from(y.buffer, y.byteOffset, y.byteLength));
+    console.log(JSON.stringify({ same: same(a.indices, b.indices) && same(a.lut, b.lut) }));`;
+  const pooled = JSON.parse(run(process.execPath, ["--input-type=module", "-e", kmeans], { cwd: app }));
+  if (!pooled.same)
+    throw new Error("the k-means pool of the installed converter gave other bytes than the main thread");
+
   step("the CLI from its bin: doctor, demo, doctor --selftest");
   const doctor = run("npx", ["--no-install", "anemll-qwen35", "doctor"], { cwd: app });
   if (!/reference\s+available/.test(doctor))

@@ -16,18 +16,30 @@ import type { WorkerReply, WorkerRequest } from "./kmeans-worker.js";
 /** Ranges per worker and task: enough to even out uneven groups, few enough to keep messages cheap. */
 const RANGES_PER_WORKER = 4;
 
-function workerEntry(): { url: URL; execArgv?: string[] } {
+/**
+ * The parent's node options, less those a worker refuses or must not repeat: the inline script of
+ * `node -e`/`-p` and its `--input-type`.
+ */
+export function workerExecArgv(execArgv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < execArgv.length; i++) {
+    const a = execArgv[i];
+    if (["-e", "--eval", "-p", "--print", "--input-type"].includes(a)) i++;
+    else if (!/^--(eval|print|input-type)=/.test(a)) out.push(a);
+  }
+  return out;
+}
+
+function workerEntry(): { url: URL; execArgv: string[] } {
   const fromSource = import.meta.url.endsWith(".ts");
   const url = new URL(fromSource ? "./kmeans-worker.ts" : "./kmeans-worker.js", import.meta.url);
-  if (!fromSource) return { url };
+  const execArgv = workerExecArgv(process.execArgv);
+  if (!fromSource) return { url, execArgv };
   // From source (vitest, tsx): workers do not inherit a TypeScript loader on Node 20, so the
   // worker registers tsx (a devDependency) before its entry loads.
   const api = import.meta.resolve("tsx/esm/api");
   const register = `import { register } from ${JSON.stringify(api)}; register();`;
-  return {
-    url,
-    execArgv: [...process.execArgv, "--import", `data:text/javascript,${encodeURIComponent(register)}`],
-  };
+  return { url, execArgv: [...execArgv, "--import", `data:text/javascript,${encodeURIComponent(register)}`] };
 }
 
 interface Job {
@@ -127,7 +139,7 @@ export class KmeansPool implements AsyncDisposable {
 
   private spawn(): PoolWorker {
     const { url, execArgv } = workerEntry();
-    const thread = new Worker(url, execArgv ? { execArgv } : {});
+    const thread = new Worker(url, { execArgv });
     const w: PoolWorker = { thread };
     thread.unref();
     thread.on("message", (reply: WorkerReply) => {
