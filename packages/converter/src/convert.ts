@@ -155,8 +155,8 @@ const TOKENIZER_FILES = [
   "generation_config.json",
 ];
 const PARTIAL_RECORD = "components.partial.json";
-/** Bytes of weights queued for writing while the next tensor is clustered. */
-const WRITE_BEHIND_BYTES = 256 << 20;
+/** Bytes of weights queued for writing while the next tensor is clustered (one 9B lm_head piece fits). */
+const WRITE_BEHIND_BYTES = 64 << 20;
 
 /**
  * Rough cost per weight element of each encoding relative to a plain copy, measured on the

@@ -69,6 +69,7 @@ class Scratch {
   fromSorted = false;
   /** bf16/fp16 input: the group's patterns in ascending order of value (m of them). */
   keys = new Uint16Array(0);
+  keysTmp = new Uint16Array(0);
   m = 0;
   /** The distinct value −0/+0 (one value, −0 elements first) and how many −0 it holds. */
   zeroAt = -1;
@@ -174,15 +175,18 @@ function histogramBits(
   const { count } = s;
   const bits = v.bits;
   const base = g * n;
-  if (s.keys.length < n) s.keys = new Uint16Array(n);
+  if (s.keys.length < n) {
+    s.keys = new Uint16Array(n);
+    s.keysTmp = new Uint16Array(n);
+  }
   const keys = s.keys;
   let m = 0;
   for (let i = 0; i < n; i++) {
     const b = bits[base + i];
     if (count[b]++ === 0) keys[m++] = sortKey(b);
   }
-  const sortedKeys = keys.subarray(0, m);
-  sortedKeys.sort();
+  radixSort16(keys, s.keysTmp, m);
+  const sortedKeys = keys;
   s.m = m;
   s.fromSorted = false;
   const expMask = v.format === "bf16" ? 0x7f80 : 0x7c00;
@@ -227,6 +231,29 @@ function histogramBits(
   u1[d] = a1;
   u2[d] = a2;
   return d;
+}
+
+const radixCounts = new Uint32Array(256);
+
+/**
+ * Sorts keys[0, m) ascending in place: two byte-wide counting passes through `tmp` (a group's
+ * ~2 000 keys sort in a few microseconds, where TypedArray#sort takes a hundred times longer).
+ */
+function radixSort16(keys: Uint16Array, tmp: Uint16Array, m: number): void {
+  for (const [from, to, shift] of [
+    [keys, tmp, 0],
+    [tmp, keys, 8],
+  ] as const) {
+    radixCounts.fill(0);
+    for (let i = 0; i < m; i++) radixCounts[(from[i] >>> shift) & 0xff]++;
+    let at = 0;
+    for (let b = 0; b < 256; b++) {
+      const c = radixCounts[b];
+      radixCounts[b] = at;
+      at += c;
+    }
+    for (let i = 0; i < m; i++) to[radixCounts[(from[i] >>> shift) & 0xff]++] = from[i];
+  }
 }
 
 /** The value of the element at position q of the sorted group. */
@@ -276,7 +303,15 @@ function lloyd(s: Scratch, d: number, k: number, maxIterations: number, c: Float
   const { uniq, cum, u1, u2 } = s;
   const bounds = new Int32Array(k + 1);
   // first distinct index with value > x
-  const upper = (x: number): number => {
+  // first distinct index with value > x; `near`: where it was last iteration (boundaries move
+  // little once Lloyd settles, so a short walk from there beats a binary search)
+  const upper = (x: number, near: number): number => {
+    let b = near;
+    for (let step = 0; step < 8; step++) {
+      if (b < d && uniq[b] <= x) b++;
+      else if (b > 0 && uniq[b - 1] > x) b--;
+      else return b;
+    }
     let lo = 0;
     let hi = d;
     while (lo < hi) {
@@ -286,10 +321,11 @@ function lloyd(s: Scratch, d: number, k: number, maxIterations: number, c: Float
     }
     return lo;
   };
+  for (let j = 1; j < k; j++) bounds[j] = Math.round((j * d) / k);
   for (let it = 0; it < maxIterations; it++) {
     bounds[0] = 0;
     bounds[k] = d;
-    for (let j = 0; j < k - 1; j++) bounds[j + 1] = upper((c[j] + c[j + 1]) / 2);
+    for (let j = 0; j < k - 1; j++) bounds[j + 1] = upper((c[j] + c[j + 1]) / 2, bounds[j + 1]);
     let changed = false;
     for (let j = 0; j < k; j++) {
       const lo = bounds[j];

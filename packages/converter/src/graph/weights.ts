@@ -427,7 +427,7 @@ function bf16ToF16(src: Uint16Array, out: Uint16Array, err: ErrorSum): void {
     bf16ToF16Table = fromFloat32("f16", f32);
   }
   const table = bf16ToF16Table;
-  const count = new Float64Array(65536);
+  const count = new Uint32Array(65536);
   for (let i = 0; i < src.length; i++) {
     const b = src[i];
     out[i] = table[b];

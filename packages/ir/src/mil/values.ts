@@ -277,13 +277,18 @@ export function toMilData(
       // (LUT indices and int8 weights run to hundreds of millions of elements)
       const int8 = dtype === "int8" || dtype === "int4";
       if ((values instanceof Uint8Array && !int8 && hi <= 255) || (values instanceof Int8Array && int8)) {
+        let min = 0;
+        let max = 0;
         for (let i = 0; i < n; i++) {
           const v = values[i];
-          if (v < lo || v > hi) {
-            throw new InvalidArgumentError(
-              `value ${v} at index ${i} is not a valid ${dtype} (integers ${lo}..${hi})`,
-            );
-          }
+          if (v < min) min = v;
+          if (v > max) max = v;
+        }
+        if (min < lo || max > hi) {
+          const i = values.findIndex((v) => v < lo || v > hi);
+          throw new InvalidArgumentError(
+            `value ${values[i]} at index ${i} is not a valid ${dtype} (integers ${lo}..${hi})`,
+          );
         }
         return values;
       }

@@ -107,14 +107,28 @@ export function packSubByte(dtype: MilDType, values: ArrayLike<number>): Uint8Ar
   if (bits === 4 && (values instanceof Uint8Array || values instanceof Int8Array)) {
     // the common case (LUT4 indices), two elements per byte
     const n = values.length;
-    for (let i = 0; i < n; i++) {
-      const v = values[i];
-      if (v < lo || v > hi)
-        throw new InvalidArgumentError(`${dtype} element ${i} is ${v}, outside [${lo}, ${hi}]`);
-    }
+    let min = 0;
+    let max = 0;
     let i = 0;
-    for (; i + 1 < n; i += 2) out[i >>> 1] = (values[i] & 15) | ((values[i + 1] & 15) << 4);
-    if (i < n) out[i >>> 1] = values[i] & 15;
+    for (; i + 1 < n; i += 2) {
+      const a = values[i];
+      const b = values[i + 1];
+      if (a < min) min = a;
+      if (a > max) max = a;
+      if (b < min) min = b;
+      if (b > max) max = b;
+      out[i >>> 1] = (a & 15) | ((b & 15) << 4);
+    }
+    if (i < n) {
+      const a = values[i];
+      if (a < min) min = a;
+      if (a > max) max = a;
+      out[i >>> 1] = a & 15;
+    }
+    if (min < lo || max > hi) {
+      const at = values.findIndex((v) => v < lo || v > hi);
+      throw new InvalidArgumentError(`${dtype} element ${at} is ${values[at]}, outside [${lo}, ${hi}]`);
+    }
     return out;
   }
   let acc = 0;
