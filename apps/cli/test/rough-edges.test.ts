@@ -96,6 +96,21 @@ describe("which model a folder is", () => {
     expect(r.stderr).toMatch(/neither a converted chain \(model\.json, .*\) nor a Qwen3\.5 checkpoint/);
   });
 
+  it("run and chat load an MLX checkpoint at 4 or 8 bits (--bits), and say so", async (ctx) => {
+    for (const command of ["run", "chat"]) {
+      expect((await cli(command, "--help")).stdout).toMatch(/--bits <n>\s+mlx backend: quantize/);
+    }
+    if (!(await mlxOrSkip(ctx))) return;
+    for (const bits of ["4", "8"]) {
+      const r = await cli("--json", "run", FIXTURE, "Hi", "--max-tokens", "2", "--bits", bits);
+      expect(r.code, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout).backend).toBe(`mlx (bfloat16, ${bits}-bit)`);
+    }
+    const bad = await cli("run", FIXTURE, "Hi", "--bits", "3");
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--bits must be one of 4, 8/);
+  }, 120_000);
+
   it("a checkpoint without a tokenizer runs with --tokenizer (relative to here); a missing folder is an error", async (ctx) => {
     if (!(await mlxOrSkip(ctx))) return;
     // a synthetic-style checkpoint: weights and config only

@@ -8,7 +8,7 @@ import { Command } from "commander";
 import { beforeAll, describe, expect, it } from "vitest";
 import { registerServe } from "../src/commands/serve.js";
 import { makeOutput } from "../src/output.js";
-import { cli } from "./helpers.js";
+import { cli, mlxOrSkip } from "./helpers.js";
 
 const FIXTURE = resolve(__dirname, "../../../fixtures/tiny-tied");
 let dir: string;
@@ -88,6 +88,15 @@ describe("anemll-qwen35 serve", () => {
     expect(stderr).toMatch(/GET \/v1\/models 401 · .*Missing API key/);
     await expect(fetch(`${url}/v1/models`)).rejects.toThrow(); // no longer listening
   });
+
+  it("serves an MLX checkpoint quantized at load with --bits", async (ctx) => {
+    if (!(await mlxOrSkip(ctx))) return;
+    const s = serve([FIXTURE, "--port", "0", "--bits", "4", "--model-name", "q4"]);
+    await Promise.race([s.listening, s.done.then(() => Promise.reject(new Error("serve exited")))]);
+    expect(s.output().stdout).toMatch(/q4 · mlx \(bfloat16, 4-bit\) · context \d+ tokens/);
+    s.stop();
+    await s.done;
+  }, 60_000);
 
   it("is registered in the program and rejects bad usage with exit code 2", async () => {
     const help = await cli("serve", "--help");
