@@ -9,6 +9,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
+import { buildProgram } from "../src/program.js";
 
 const ROOT = resolve(__dirname, "../../..");
 const read = (f: string) => readFileSync(join(ROOT, f), "utf8");
@@ -22,6 +23,26 @@ const docs = ["README.md", "apps/cli/README.md", ...notes, ...packageReadmes];
 function shellLines(text: string): string[] {
   return [...text.matchAll(/```sh\n([\s\S]*?)```/g)].flatMap((m) => m[1].split("\n")).map((l) => l.trim());
 }
+
+/**
+ * Command lines of every code block (sh or plain, continuations joined) that start
+ * `anemll-qwen35 <command>`, without a trailing `# comment` or a synopsis' description (after 3 spaces).
+ */
+function cliLines(text: string): string[] {
+  return [...text.matchAll(/```(?:sh|bash)?\n([\s\S]*?)```/g)]
+    .flatMap((m) => m[1].replace(/\\\n\s*/g, " ").split("\n"))
+    .map(
+      (l) =>
+        l
+          .trim()
+          .replace(/^pnpm /, "")
+          .replace(/\s+#.*$/, "")
+          .split(/\s{3,}/)[0],
+    )
+    .filter((l) => /^anemll-qwen35 [a-z]/.test(l));
+}
+
+const program = buildProgram({ stdout: { write: () => {} }, stderr: { write: () => {} } });
 
 describe("the documents' command lines", () => {
   it("notes/ run the CLI the way a clone can: pnpm anemll-qwen35", () => {
@@ -40,6 +61,49 @@ describe("the documents' command lines", () => {
       const out = /\s-o\s+(\S+)/.exec(l)?.[1] ?? "";
       expect(out, l).toMatch(/^(~|\/|\$)/);
     }
+  });
+
+  it("every conversion and bench output they name goes outside the clone (no stray folder in the repository)", () => {
+    for (const f of docs) {
+      for (const l of cliLines(read(f)).filter((x) => /^anemll-qwen35 (convert|bench) /.test(x))) {
+        const out = /\s(?:-o|--out)\s+(\S+)/.exec(l)?.[1];
+        if (out === undefined || /^<|^dir$/.test(out)) continue; // a placeholder in a synopsis
+        expect(out, `${f}: ${l}`).toMatch(/^(~|\/|\$)/);
+      }
+    }
+  });
+
+  it("every option they give an anemll-qwen35 command is one the command takes", () => {
+    let checked = 0;
+    for (const f of docs) {
+      for (const l of cliLines(read(f))) {
+        const [name, sub] = l.split(/\s+/).slice(1);
+        const top = program.commands.find((c) => c.name() === name);
+        expect(top, `${f}: "${l}" names no command`).toBeDefined();
+        const cmd = top!.commands.find((c) => c.name() === sub) ?? top!;
+        const known = new Set(["--help", "-h", "--json"]);
+        for (const o of cmd.options) for (const flag of [o.long, o.short]) if (flag) known.add(flag);
+        // a flag in a line's options: after a space or an opening bracket, not inside a path
+        for (const flag of l.match(/(?<=[\s[])--?[a-zA-Z][\w-]*/g) ?? []) {
+          expect(known.has(flag), `${f}: ${cmd.name()} takes no ${flag} ("${l}")`).toBe(true);
+          checked++;
+        }
+      }
+    }
+    expect(checked).toBeGreaterThan(20);
+  });
+
+  it("the CLI README lists every command and subcommand, and the mlx backend", () => {
+    const readme = read("apps/cli/README.md");
+    for (const c of program.commands) {
+      expect(readme, c.name()).toMatch(new RegExp(`anemll-qwen35 ${c.name()}\\b`));
+      for (const sub of c.commands) {
+        expect(readme, `${c.name()} ${sub.name()}`).toMatch(
+          new RegExp(`anemll-qwen35 ${c.name()} ${sub.name()}\\b`),
+        );
+      }
+    }
+    expect(readme).toMatch(/--backend auto\|coreml\|reference\|mlx/);
   });
 
   it("no document points at files outside the repository (../shared, reference notes)", () => {
