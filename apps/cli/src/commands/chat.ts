@@ -17,7 +17,10 @@ export function registerChat(program: Command, ctx: Context): void {
   const cmd = program
     .command("chat")
     .description("chat with a converted model (history kept; /reset, /think on|off, /exit)")
-    .argument("<model>", "a folder written by `convert` (a chain), a Qwen3.5 checkpoint folder (MLX) or hf:owner/name")
+    .argument(
+      "<model>",
+      "a folder written by `convert` (a chain), a Qwen3.5 checkpoint folder (MLX) or hf:owner/name",
+    )
     .option("--system <text>", "system message");
   addModelOptions(cmd);
   addSamplingOptions(cmd);

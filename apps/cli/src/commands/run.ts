@@ -13,8 +13,13 @@ import { addModelOptions, type ModelOptions, openModel } from "../model.js";
 export function registerRun(program: Command, ctx: Context): void {
   const cmd = program
     .command("run")
-    .description("generate text for a prompt with a converted chain or a checkpoint, streaming it, then print a stats line")
-    .argument("<model>", "a folder written by `convert` (a chain), a Qwen3.5 checkpoint folder (MLX) or hf:owner/name")
+    .description(
+      "generate text for a prompt with a converted chain or a checkpoint, streaming it, then print a stats line",
+    )
+    .argument(
+      "<model>",
+      "a folder written by `convert` (a chain), a Qwen3.5 checkpoint folder (MLX) or hf:owner/name",
+    )
     .argument("<prompt...>", "the prompt")
     .option("--raw", "send the prompt as is, without the chat template")
     .option("--system <text>", "system message (chat template)");
