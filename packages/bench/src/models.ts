@@ -22,8 +22,23 @@ export interface ModelSpec {
   readonly name: string;
   /** What the weights are ("fixture: random weights", …). */
   readonly weights: string;
-  /** The checkpoint folder (written or resolved on first use). */
-  checkpoint(): Promise<string>;
+  /** The checkpoint folder (written or resolved on first use; `log` hears of long work). */
+  checkpoint(log?: (line: string) => void): Promise<string>;
+}
+
+/** Progress lines for long work: one when `what` changes, else at most one per 10 s. */
+export function progressLines(
+  log: (line: string) => void,
+  prefix: string,
+): (what: string, fraction: number) => void {
+  let last: string | undefined;
+  let lastAt = 0;
+  return (what, fraction) => {
+    if (what === last && performance.now() - lastAt < 10_000) return;
+    last = what;
+    lastAt = performance.now();
+    log(`${prefix}: ${Math.round(fraction * 100)}%${what ? ` ${what}` : ""}`);
+  };
 }
 
 export function cacheRoot(): string {
@@ -58,7 +73,12 @@ export function syntheticModel(size: SyntheticSize): ModelSpec {
   return {
     name: `synthetic-${size}`,
     weights: "synthetic (random weights, published config)",
-    checkpoint: async () => (await writeSyntheticCheckpoint({ size })).dir,
+    checkpoint: async (log = () => {}) => {
+      const progress = progressLines(log, `writing the synthetic ${size} checkpoint (once)`);
+      const r = await writeSyntheticCheckpoint({ size, onProgress: (e) => progress("", e.fraction) });
+      if (!r.skipped) log(`wrote the synthetic ${size} checkpoint (${r.dir}) in ${r.seconds.toFixed(1)} s`);
+      return r.dir;
+    },
   };
 }
 
@@ -146,14 +166,13 @@ export async function ensureChain(
   o: ChainOptions,
   log: (line: string) => void = () => {},
 ): Promise<PreparedChain> {
-  const checkpoint = await spec.checkpoint();
+  const checkpoint = await spec.checkpoint(log);
   const dir = chainFolder(spec, o);
   const cached = await reusable(dir, checkpoint, o);
   if (cached) return { dir, manifest: cached };
   log(`converting ${spec.name} (ctx ${o.ctx}, fuse ${o.fuse}, body ${o.body}, lm_head ${o.lmHead}) → ${dir}`);
   // a line per package, and one every 10 s within a long one
-  let last = "";
-  let lastAt = 0;
+  const progress = progressLines(log, `converting ${spec.name}`);
   const r = await convert({
     model: checkpoint,
     out: dir,
@@ -162,13 +181,7 @@ export async function ensureChain(
     body: parseWeightQuant(o.body, "body"),
     lmHead: parseWeightQuant(o.lmHead, "lm-head"),
     resume: true,
-    onProgress: (e) => {
-      const what = e.component ?? e.stage;
-      if (what === last && performance.now() - lastAt < 10_000) return;
-      last = what;
-      lastAt = performance.now();
-      log(`converting ${spec.name}: ${Math.round(e.fraction * 100)}% ${what}`);
-    },
+    onProgress: (e) => progress(e.component ?? e.stage, e.fraction),
   });
   log(`converted ${spec.name} in ${r.seconds.toFixed(1)} s`);
   return { dir, manifest: r.manifest, convertSeconds: r.seconds };

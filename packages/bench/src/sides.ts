@@ -74,7 +74,7 @@ export async function mlxSide(
   if (!status.available) return { what, reason: `the mlx backend is unavailable: ${status.reason}` };
   const bits = o.bits === null ? undefined : (o.bits ?? ctx.params.mlx.bits);
   const dtype = o.dtype ?? ctx.params.mlx.dtype;
-  const checkpoint = await spec.checkpoint();
+  const checkpoint = await spec.checkpoint(ctx.log);
   const contextLength = o.contextLength ?? ctx.params.ctx;
   const backend = mlxBackendHere();
   return {

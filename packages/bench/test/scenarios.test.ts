@@ -9,7 +9,10 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   type BenchResult,
+  ensureChain,
+  fixtureModel,
   mlxStatus,
+  progressLines,
   readResult,
   rechart,
   resultStem,
@@ -78,6 +81,31 @@ function expectMlxOrSkip(r: BenchResult): void {
     expect(r.skipped.some((s) => /mlx backend is unavailable/.test(s.reason))).toBe(true);
   }
 }
+
+describe("long preparation shows progress", () => {
+  it("converting a model for a run logs each package, then reuses it silently", async () => {
+    const lines: string[] = [];
+    const o = { ctx: 128, fuse: 1, body: "none", lmHead: "none" } as const;
+    const first = await ensureChain(fixtureModel("tiny-tied"), o, (l) => lines.push(l));
+    expect(first.convertSeconds).toBeGreaterThan(0);
+    expect(lines).toContainEqual(expect.stringMatching(/^converting tiny-tied: 0% embed$/));
+    expect(lines).toContainEqual(expect.stringMatching(/^converting tiny-tied: \d+% sb_00$/));
+    expect(lines).toContainEqual(expect.stringMatching(/^converting tiny-tied: \d+% lm_head$/));
+    expect(lines.at(-1)).toMatch(/^converted tiny-tied in \d+\.\d s$/);
+    lines.length = 0;
+    const again = await ensureChain(fixtureModel("tiny-tied"), o, (l) => lines.push(l));
+    expect(again.convertSeconds).toBeUndefined();
+    expect(lines).toEqual([]);
+  });
+
+  it("prints a line when the step changes, and at most one per 10 s within a step", () => {
+    const lines: string[] = [];
+    const progress = progressLines((l) => lines.push(l), "writing");
+    for (let i = 0; i <= 100; i++) progress("", i / 100);
+    progress("next", 1);
+    expect(lines).toEqual(["writing: 0%", "writing: 100% next"]);
+  });
+});
 
 describe.sequential("bench scenarios at smoke scale", () => {
   it("decode: warm tok/s and cold load per backend", async () => {
