@@ -185,7 +185,7 @@ async function cacheEntrySnapshot(dir: string, ref: string): Promise<string | un
 function notCachedHint(repo: string, cacheDir: string): string {
   return (
     `it is not in the Hugging Face cache (looked in ${repoFolder(cacheDir, repo)}; HF_HOME or HF_HUB_CACHE ` +
-    "move the cache). Fetch it where there is a network (`huggingface-cli download " +
+    "move the cache, HF_HUB_OFFLINE=1 uses it without trying the network). Fetch it where there is a network (`huggingface-cli download " +
     `${repo}\` fills the same cache), or give a local folder: a checkpoint or converted model, or that cache entry`
   );
 }

@@ -173,6 +173,7 @@ describe("model references", () => {
       expect(err).toBeInstanceOf(ModelRefError);
       expect(err.message).toContain(`looked in ${entry}`);
       expect(err.message).toMatch(/HF_HOME or HF_HUB_CACHE/);
+      expect(err.message).toMatch(/HF_HUB_OFFLINE=1 uses it without trying the network/);
       expect(err.message).toMatch(/give a local folder/);
     }
   });
