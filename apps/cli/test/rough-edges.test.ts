@@ -23,20 +23,35 @@ beforeAll(async () => {
 }, 120_000);
 
 describe("output into pipes", () => {
-  it("a reader that leaves early (| head) ends the command quietly with exit 0", async () => {
-    // a real process from the sources, its stdout a pipe closed after the first chunk
-    const child = spawn(
-      process.execPath,
-      ["--conditions=source", "--import", "tsx", CLI, "inspect", chain, "--component", "sb_00"],
-      { cwd: resolve(__dirname, ".."), stdio: ["ignore", "pipe", "pipe"] },
-    );
-    let stderr = "";
-    child.stderr.on("data", (d) => (stderr += d));
-    child.stdout.once("data", () => child.stdout.destroy());
-    const code = await new Promise<number | null>((r) => child.on("exit", (c) => r(c)));
-    expect(stderr).not.toMatch(/EPIPE|Unhandled/);
-    expect(code).toBe(0);
-  }, 60_000);
+  it.each<[string, () => string[]]>([
+    ["inspect", () => [chain, "--component", "sb_00"]],
+    ["costplan", () => [chain, "--top", "200"]],
+    [
+      "convert",
+      () => [FIXTURE, "-o", join(work, "piped"), "--ctx", "128", "--lut", "none", "--lmhead-lut", "none"],
+    ],
+  ])(
+    "a reader that leaves early (%s | head) ends the command quietly with exit 0",
+    async (command, args) => {
+      // a real process from the sources, its stdout a pipe whose reader is gone before the command
+      // writes (as after `head` has printed its lines and quit)
+      const child = spawn(
+        process.execPath,
+        ["--conditions=source", "--import", "tsx", CLI, command, ...args()],
+        {
+          cwd: resolve(__dirname, ".."),
+          stdio: ["ignore", "pipe", "pipe"],
+        },
+      );
+      let stderr = "";
+      child.stderr.on("data", (d) => (stderr += d));
+      child.stdout.destroy();
+      const code = await new Promise<number | null>((r) => child.on("exit", (c) => r(c)));
+      expect(stderr).not.toMatch(/EPIPE|Unhandled/);
+      expect(code).toBe(0);
+    },
+    60_000,
+  );
 
   it("thinking text has no terminal escape codes when stdout is not a terminal", async () => {
     const r = await cli("run", chain, "Hi", "--think", "--max-tokens", "6", "--backend", "reference");
@@ -70,6 +85,17 @@ describe("help and summaries", () => {
     expect(r.stdout).toMatch(/--budget <size>[\s\S]*?\(default: 1\.5GB\)/);
     expect(r.stdout).not.toMatch(/"kind"|1500000000/);
     expect(r.stdout).toMatch(/--force/);
+  });
+
+  it("inspect --help names only components every conversion has (super-block names follow --fuse)", async () => {
+    const help = (await cli("inspect", "--help")).stdout;
+    expect(help).not.toMatch(/sb_\d/);
+    const named = help.match(/\b(embed|lm_head)\b/g) ?? [];
+    expect(new Set(named)).toEqual(new Set(["embed", "lm_head"]));
+    for (const component of named) {
+      const r = await cli("inspect", chain, "--component", component);
+      expect(r.code, r.stderr).toBe(0);
+    }
   });
 
   it("bench prints its summary once", async () => {
