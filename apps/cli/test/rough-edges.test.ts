@@ -115,11 +115,23 @@ describe("which model a folder is", () => {
     expect(r.stderr).toMatch(/this is a converted chain \(model\.json\)/);
   });
 
-  it("a folder with neither model.json nor config.json is an error, not a silent MLX run", async () => {
+  it("a folder without model.json is an error, not a silent MLX run (empty, or a chain that lost it)", async () => {
+    // an empty folder, and a chain whose model.json is gone (its packages are still there)
     const empty = mkdtempSync(join(work, "empty-"));
-    const r = await cli("run", empty, "Hi");
-    expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/neither a converted chain \(model\.json, .*\) nor a Qwen3\.5 checkpoint/);
+    const headless = join(work, "headless");
+    cpSync(chain, headless, { recursive: true });
+    rmSync(join(headless, "model.json"));
+    for (const backend of ["auto", "reference", "mlx"]) {
+      const r = await cli("run", empty, "Hi", "--backend", backend);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(/neither a converted chain \(model\.json, .*\) nor a Qwen3\.5 checkpoint/);
+      // the chain kept the checkpoint's config.json: it must not pass for a checkpoint
+      const h = await cli("run", headless, "Hi", "--backend", backend);
+      expect(h.code).toBe(1);
+      expect(h.stderr).toMatch(
+        /holds Core ML packages \(embed\.mlpackage, .*\) but no model\.json.*convert again/,
+      );
+    }
   });
 
   it("run and chat load an MLX checkpoint at 4 or 8 bits (--bits), and say so", async (ctx) => {

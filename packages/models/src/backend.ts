@@ -5,7 +5,7 @@
  *   available, else reference;
  * - a Qwen3.5 checkpoint (config.json + safetensors, Hugging Face or MLX layout) runs on "mlx".
  */
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { coreMLAvailability } from "@anemll-qwen35/coreml";
 import { CHAIN_MANIFEST_FILE } from "@anemll-qwen35/ir/chain";
@@ -20,8 +20,19 @@ export type ModelKind = "chain" | "checkpoint";
 
 export function modelKind(dir: string, ref = dir): ModelKind {
   if (existsSync(join(dir, CHAIN_MANIFEST_FILE))) return "chain";
-  if (existsSync(join(dir, "config.json"))) return "checkpoint";
   if (!existsSync(dir)) throw new ModelLoadError(ref, "no such folder");
+  // a conversion keeps the checkpoint's config.json beside its packages: without model.json (and
+  // without weights of a checkpoint) it is a damaged chain, not a checkpoint to hand to MLX
+  const files = readdirSync(dir);
+  const packages = files.filter((f) => f.endsWith(".mlpackage"));
+  if (packages.length > 0 && !files.some((f) => f.endsWith(".safetensors"))) {
+    throw new ModelLoadError(
+      ref,
+      `holds Core ML packages (${packages.slice(0, 3).join(", ")}${packages.length > 3 ? ", …" : ""}) but no ` +
+        `${CHAIN_MANIFEST_FILE}: a conversion that did not finish or lost its ${CHAIN_MANIFEST_FILE}; convert again`,
+    );
+  }
+  if (existsSync(join(dir, "config.json"))) return "checkpoint";
   throw new ModelLoadError(
     ref,
     `neither a converted chain (${CHAIN_MANIFEST_FILE}, written by \`convert\`) nor a Qwen3.5 checkpoint (config.json)`,
