@@ -84,6 +84,21 @@ export function loadOptions(o: ModelOptions, notice: (s: string) => void): LoadM
   };
 }
 
-export function openModel(path: string, o: ModelOptions, notice: (s: string) => void): Promise<LoadedModel> {
-  return loadModel(path, loadOptions(o, notice));
+export async function openModel(
+  path: string,
+  o: ModelOptions,
+  notice: (s: string) => void,
+): Promise<LoadedModel> {
+  const loaded = await loadModel(path, loadOptions(o, notice));
+  const mlxOnly = [
+    o.bits !== undefined && "--bits",
+    o.dtype !== undefined && "--dtype",
+    o.ctx !== undefined && "--ctx",
+  ].filter(Boolean);
+  if (loaded.backend.name !== "mlx" && mlxOnly.length > 0) {
+    notice(
+      `${mlxOnly.join(", ")}: mlx backend only, not used for a converted chain (convert fixed its weights and context)`,
+    );
+  }
+  return loaded;
 }

@@ -138,6 +138,20 @@ describe("which model a folder is", () => {
     for (const command of ["run", "chat"]) {
       expect((await cli(command, "--help")).stdout).toMatch(/--bits <n>\s+mlx backend: quantize/);
     }
+    // a converted chain has its weights and context from convert: the MLX options are said to be unused
+    const onChain = await cli(
+      "run",
+      chain,
+      "Hi",
+      "--max-tokens",
+      "1",
+      "--backend",
+      "reference",
+      "--bits",
+      "4",
+    );
+    expect(onChain.code, onChain.stderr).toBe(0);
+    expect(onChain.stderr).toMatch(/--bits: mlx backend only, not used for a converted chain/);
     if (!(await mlxOrSkip(ctx))) return;
     for (const bits of ["4", "8"]) {
       const r = await cli("--json", "run", FIXTURE, "Hi", "--max-tokens", "2", "--bits", bits);
