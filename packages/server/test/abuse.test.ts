@@ -84,15 +84,17 @@ describe("big prompts", () => {
     await using s = await createServer({
       models: [{ name: "m", model: new EosModel(1_000_000, tokenizer), tokenizer }],
       port: 0,
-      maxBodyBytes: 2_000_000,
-      tokenize: { timeoutMs: 250 },
+      maxBodyBytes: 8_000_000,
+      // at load average 40 on 2 cores, 5,000 characters took ~65 ms to encode and 1.5 MB took 3.9 s:
+      // the 4,200 characters below fit well within 1 s there, the 6 MB prompt (4x) is far over it anywhere
+      tokenize: { timeoutMs: 1000 },
     });
     const url = await s.listen();
-    const r = await chat(url, "m", "word ".repeat(300_000));
+    const r = await chat(url, "m", "word ".repeat(1_200_000));
     expect(r.status).toBe(400);
     expect((await json(r)).error.code).toBe("prompt_too_costly");
     expect((await chat(url, "m", "hi")).status).toBe(200);
-    expect((await chat(url, "m", "hello ".repeat(20))).status).toBe(200); // a new worker
+    expect((await chat(url, "m", "hello ".repeat(700))).status).toBe(200); // over 4,096 characters: a new worker
   });
 });
 
