@@ -206,6 +206,7 @@ describeMlx("Qwen3.5 checkpoint formats", () => {
       const atLoad = await promptLogits(fixtureDir("tiny-gqa"), { bits: 8 });
       expect(maxAbsDiff(atLoad.logits, readF32(join(tmp, "q8.f32")))).toBeLessThanOrEqual(1e-3);
     },
+    240_000, // waits on the mlx-lm process: 12 s alone, over a minute on a loaded machine
   );
 });
 
