@@ -1,18 +1,14 @@
 import { createWriteStream } from "node:fs";
-import {
-  convert,
-  DEFAULT_BODY_QUANT,
-  DEFAULT_CTX,
-  DEFAULT_LM_HEAD_QUANT,
-  DEFAULT_LUT_GROUP_SIZE,
-  MAX_CTX,
-  MIN_CTX,
-  NO_QUANT,
-} from "@anemll-qwen35/converter";
+import { convert, DEFAULT_CTX, DEFAULT_LUT_GROUP_SIZE, MAX_CTX, MIN_CTX, QUANT_PRESETS } from "@anemll-qwen35/converter";
 import { type Command, Option } from "commander";
 import type { Context } from "../context.js";
+<<<<<<< HEAD
 import { bytes, choice, fuse, int, weightQuantOption } from "../options.js";
 import { progressReporter } from "../progress.js";
+=======
+import { bytes, choice, fuse, int, weightQuant } from "../options.js";
+import { progressBar } from "../progress.js";
+>>>>>>> a246047 (converter: attention as matmul + softmax beside the sdpa op (--attention), cache and new row scored apart (no cache concat), mlstate KV read once and written once per function with its int32 bounds computed at the start; quantization policy by tensor role (presets, glob rules, --quant) recorded in model.json; MLP split into channel pieces over 16,384 and an ANE size check naming the tensor (WIP: docs, costplan))
 
 export function registerConvert(program: Command, ctx: Context): void {
   program
@@ -45,21 +41,27 @@ export function registerConvert(program: Command, ctx: Context): void {
       choice("--dtype", ["fp16", "fp32"] as const),
       "fp16",
     )
-    .addOption(
-      weightQuantOption(
-        "--lut <bits>",
-        "super-block weights: 2|4|6|8[,group|,per-tensor], int8[,block] or none",
-        DEFAULT_BODY_QUANT,
-      ),
+    .option(
+      "--attention <form>",
+      "attention core: matmul (Q·Kᵀ, softmax, P·V, as ANE ports ship) or sdpa (the iOS18 op)",
+      choice("--attention", ["matmul", "sdpa"] as const),
+      "matmul",
     )
-    .addOption(
-      weightQuantOption(
-        "--lmhead-lut <bits>",
-        "lm_head weights: 4|6|8[,group|,per-tensor], int8[,block] or none",
-        DEFAULT_LM_HEAD_QUANT,
-      ),
+    .option(
+      "--quant <policy>",
+      `weight encodings per tensor: [preset,]pattern=encoding,… — presets ${Object.keys(QUANT_PRESETS).join(", ")}; ` +
+        "patterns body, gdn, attn, mlp, lm_head, embed, a role (gdn.in_proj_qkv) or a tensor glob (layers.*.mlp.down_proj); " +
+        "encodings none|fp16, lut2|4|6|8[,group|,per-tensor], int8[,block]. Default: GDN in_proj_a/b fp16, " +
+        "in_proj_qkv and out_proj lut6, other projections lut4, lm_head lut6, embedding fp16",
+      "default",
     )
-    .addOption(weightQuantOption("--embed-lut <bits>", "embedding weights: 4|6|8, int8 or none", NO_QUANT))
+    .option(
+      "--lut <bits>",
+      "shorthand for the rule body=<bits>: every super-block projection 2|4|6|8[,group|,per-tensor], int8[,block] or none",
+      weightQuant("--lut"),
+    )
+    .option("--lmhead-lut <bits>", "shorthand for the rule lm_head=<bits>", weightQuant("--lmhead-lut"))
+    .option("--embed-lut <bits>", "shorthand for the rule embed=<bits>", weightQuant("--embed-lut"))
     .option("--group-size <n>", "output channels per LUT", int("--group-size", 1), DEFAULT_LUT_GROUP_SIZE)
     .option("--argmax", "lm_head returns per-piece top-1 instead of logits")
     .option(
@@ -93,6 +95,8 @@ export function registerConvert(program: Command, ctx: Context): void {
           budgetBytes: o.budget,
           state: o.state,
           dtype: o.dtype,
+          attention: o.attention,
+          quant: o.quant,
           body: o.lut,
           lmHead: o.lmheadLut,
           embed: o.embedLut,
@@ -130,7 +134,7 @@ export function registerConvert(program: Command, ctx: Context): void {
         if (r.reusedWeights.length > 0)
           out.line(`  ${r.reusedWeights.length} weight(s) reused from the interrupted conversion`);
         out.line(
-          `  ctx ${r.manifest.ctx} · state ${r.manifest.state} · ${r.manifest.dtype} · body ${r.manifest.quantization.body} · lm_head ${r.manifest.quantization.lmHead} · worst relative weight error ${worst.toExponential(2)}`,
+          `  ctx ${r.manifest.ctx} · state ${r.manifest.state} · ${r.manifest.dtype} · attention ${r.manifest.attention} · quant ${r.manifest.quantization.policy} · worst relative weight error ${worst.toExponential(2)}`,
         );
       } finally {
         bar.stop();
