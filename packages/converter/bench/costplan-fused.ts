@@ -13,18 +13,17 @@
  * converter, written by hand) are costed too, so a before/after lands in one table.
  * Writes bench/results/costplan-fused.json.
  */
-import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { homedir } from "node:os";
+import { existsSync, mkdirSync, readdirSync, renameSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { costplan } from "@anemll-qwen35/costplan";
 import { Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
-import { MlPackageWriter, readMlPackage } from "@anemll-qwen35/ir/mil";
+import { readMlPackage } from "@anemll-qwen35/ir/mil";
 import { writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { resolveQuantSpec } from "../src/convert.js";
-import { type AttentionForm, type BuildOptions, buildComponent, type ComponentSpec } from "../src/graph/index.js";
+import type { AttentionForm } from "../src/graph/index.js";
 import { formatWeightQuant, quantFor, specRules } from "../src/graph/quant.js";
+import { benchCache, ensurePackage, graphSourceHash } from "./packages.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const arg = (name: string) => {
@@ -42,38 +41,11 @@ const variants = (
     const [state, attention, quant] = v.split(":");
     return { name: v, state: state as "io" | "mlstate", attention: attention as AttentionForm, quant };
   });
-
-const graphHash = (() => {
-  const dir = join(here, "..", "src", "graph");
-  const h = createHash("sha256");
-  for (const f of readdirSync(dir).sort()) h.update(f).update(readFileSync(join(dir, f)));
-  return h.digest("hex").slice(0, 10);
-})();
-const cache = join(process.env.ANEMLL_QWEN35_CACHE || join(homedir(), ".cache", "anemll-qwen35"), "bench", "costplan-fused");
-mkdirSync(cache, { recursive: true });
+const graphHash = graphSourceHash();
+const cache = benchCache("costplan-fused");
 
 const synth = await writeSyntheticCheckpoint({ size: "0.8b" });
 await using ck = await Qwen35Checkpoint.open(synth.dir);
-
-/** Builds `spec` into `file` (atomically) unless it is there. */
-async function ensurePackage(file: string, spec: ComponentSpec, options: BuildOptions): Promise<string> {
-  if (existsSync(file) && !rebuild) return file;
-  const tmp = `${file}.partial`;
-  rmSync(tmp, { recursive: true, force: true });
-  const started = performance.now();
-  const w = await MlPackageWriter.create(tmp);
-  try {
-    const built = await buildComponent(ck, spec, { ...options, blobSink: w.blobs, workers: 2 });
-    await w.finish(built.model);
-  } catch (e) {
-    await w.abort();
-    throw e;
-  }
-  rmSync(file, { recursive: true, force: true });
-  renameSync(tmp, file);
-  console.log(`  built ${file} in ${((performance.now() - started) / 1000).toFixed(0)} s`);
-  return file;
-}
 
 interface Row {
   readonly variant: string;
@@ -124,26 +96,26 @@ const headFor = async (quant: string) => {
   const rules = specRules(resolveQuantSpec({ quant }));
   const enc = formatWeightQuant(quantFor({ rules }, { canonical: "lm_head", role: "lm_head" }));
   const dir = join(cache, `head-${enc}-ctx${ctx}`);
-  mkdirSync(dir, { recursive: true });
   const options = { ctx, quant: { rules } };
   return {
-    embed: await ensurePackage(join(dir, "embed.mlpackage"), { kind: "embed" }, options),
-    head: await ensurePackage(join(dir, "lm_head.mlpackage"), { kind: "lm_head" }, options),
+    embed: await ensurePackage(ck, join(dir, "embed.mlpackage"), { kind: "embed" }, options),
+    head: await ensurePackage(ck, join(dir, "lm_head.mlpackage"), { kind: "lm_head" }, options),
   };
 };
 for (const v of variants) {
   const dir = join(cache, `${v.name.replace(/[^a-z0-9]+/gi, "-")}-ctx${ctx}-${graphHash}`);
-  mkdirSync(dir, { recursive: true });
   const rules = specRules(resolveQuantSpec({ quant: v.quant }));
   const sb = await ensurePackage(
+    ck,
     join(dir, "sb_00-05.mlpackage"),
     { kind: "superblocks", first: 0, count: ck.config.superBlocks.length },
     { ctx, state: v.state, attention: v.attention, quant: { rules } },
+    rebuild,
   );
   const { embed, head } = await headFor(v.quant);
   rows.push(await cost(v.name, sb, head, embed));
 }
-// packages of an earlier converter, kept by hand for before/after (their own embed/lm_head beside them or the lut6 head)
+// super-block packages of an earlier converter, kept by hand for a before/after (costed with the LUT6 head)
 for (const d of readdirSync(cache).filter((d) => d.startsWith("baseline-"))) {
   const sb = join(cache, d, "sb_00-05.mlpackage");
   if (!existsSync(sb)) continue;

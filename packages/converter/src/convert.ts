@@ -218,7 +218,7 @@ export function resolveQuantSpec(o: Pick<ConvertOptions, "quant" | "body" | "lmH
   try {
     spec = typeof o.quant === "string" ? parseQuantSpec(o.quant) : (o.quant ?? parseQuantSpec(""));
   } catch (err) {
-    if (err instanceof GraphOptionError) throw new ConvertOptionError("quant", err.message);
+    if (err instanceof GraphOptionError) throw new ConvertOptionError("quant", err.detail);
     throw err;
   }
   const shorthands: QuantRule[] = [];

@@ -20,4 +20,5 @@ export const FITTED_RUNTIME: RuntimeFigures = {
   bandwidthFraction: { value: 0.445, kind: "fitted", source: FIT },
   switchMs: DEFAULT_RUNTIME.switchMs,
   aneOpMs: DEFAULT_RUNTIME.aneOpMs,
+  ioMsPerMB: { value: 0, kind: "fitted", source: FIT },
 };

@@ -1,14 +1,17 @@
 import { createWriteStream } from "node:fs";
-import { convert, DEFAULT_CTX, DEFAULT_LUT_GROUP_SIZE, MAX_CTX, MIN_CTX, QUANT_PRESETS } from "@anemll-qwen35/converter";
+import {
+  convert,
+  DEFAULT_CTX,
+  DEFAULT_LUT_GROUP_SIZE,
+  formatWeightQuant,
+  MAX_CTX,
+  MIN_CTX,
+  QUANT_PRESETS,
+} from "@anemll-qwen35/converter";
 import { type Command, Option } from "commander";
 import type { Context } from "../context.js";
-<<<<<<< HEAD
-import { bytes, choice, fuse, int, weightQuantOption } from "../options.js";
-import { progressReporter } from "../progress.js";
-=======
 import { bytes, choice, fuse, int, weightQuant } from "../options.js";
-import { progressBar } from "../progress.js";
->>>>>>> a246047 (converter: attention as matmul + softmax beside the sdpa op (--attention), cache and new row scored apart (no cache concat), mlstate KV read once and written once per function with its int32 bounds computed at the start; quantization policy by tensor role (presets, glob rules, --quant) recorded in model.json; MLP split into channel pieces over 16,384 and an ANE size check naming the tensor (WIP: docs, costplan))
+import { progressReporter } from "../progress.js";
 
 export function registerConvert(program: Command, ctx: Context): void {
   program
@@ -49,10 +52,9 @@ export function registerConvert(program: Command, ctx: Context): void {
     )
     .option(
       "--quant <policy>",
-      `weight encodings per tensor: [preset,]pattern=encoding,… — presets ${Object.keys(QUANT_PRESETS).join(", ")}; ` +
+      `weight encodings per tensor: [preset,]pattern=encoding,… (the last matching rule wins) — presets ${Object.keys(QUANT_PRESETS).join(", ")}; ` +
         "patterns body, gdn, attn, mlp, lm_head, embed, a role (gdn.in_proj_qkv) or a tensor glob (layers.*.mlp.down_proj); " +
-        "encodings none|fp16, lut2|4|6|8[,group|,per-tensor], int8[,block]. Default: GDN in_proj_a/b fp16, " +
-        "in_proj_qkv and out_proj lut6, other projections lut4, lm_head lut6, embedding fp16",
+        `encodings none|fp16, lut2|4|6|8[,group|,per-tensor], int8[,block]. The preset default is ${QUANT_PRESETS.default.map((r) => `${r.pattern}=${formatWeightQuant(r.quant)}`).join(",")}`,
       "default",
     )
     .option(

@@ -20,9 +20,12 @@ export class UnsupportedModelError extends AnemllError {
 /** A component spec or build option is out of range; names the field and what was expected. */
 export class GraphOptionError extends AnemllError {
   readonly field: string;
+  /** What is wrong, without the field name. */
+  readonly detail: string;
   constructor(field: string, message: string) {
     super("E_GRAPH_OPTION", `${field}: ${message}`);
     this.field = field;
+    this.detail = message;
   }
 }
 

@@ -210,10 +210,14 @@ export function parseQuantSpec(text: string, field = "quant"): QuantSpec {
     if (pattern === "") throw new GraphOptionError(field, `"${t}": the pattern before "=" is empty`);
     rules.push({ pattern, encoding: t.slice(eq + 1).trim() });
   }
-  return {
-    preset,
-    rules: rules.map((r) => ({ pattern: r.pattern, quant: parseWeightQuant(r.encoding, `${field} ${r.pattern}`) })),
-  };
+  const parsed = rules.map((r) => {
+    try {
+      return { pattern: r.pattern, quant: parseWeightQuant(r.encoding, field) };
+    } catch (e) {
+      throw new GraphOptionError(field, `rule "${r.pattern}=${r.encoding}": ${(e as GraphOptionError).detail}`);
+    }
+  });
+  return { preset, rules: parsed };
 }
 
 /** The rules a spec stands for: its preset's, then its own. */

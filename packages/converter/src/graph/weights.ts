@@ -255,16 +255,12 @@ export class GraphWeights {
     canonical: string,
     name: string,
   ): Promise<MilVar> {
-<<<<<<< HEAD
-    const q: WeightQuant = this.opts.quant[role] ?? NO_QUANT;
+    const target = this.target(canonical);
+    const q = quantFor(this.opts.quant, target);
     const store = q.kind === "lut" ? this.opts.store : undefined;
     const key = store ? this.weightKey(t, start, end, tail, q, name) : "";
     const reused = store ? await store.reuse(key) : undefined;
     const e = reused ?? (await this.encodeData(t, start, end, tail, q));
-=======
-    const target = this.target(canonical);
-    const q = quantFor(this.opts.quant, target);
->>>>>>> a246047 (converter: attention as matmul + softmax beside the sdpa op (--attention), cache and new row scored apart (no cache concat), mlstate KV read once and written once per function with its int32 bounds computed at the start; quantization policy by tensor role (presets, glob rules, --quant) recorded in model.json; MLP split into channel pieces over 16,384 and an ANE size check naming the tensor (WIP: docs, costplan))
     const dtype = this.dtype;
     const lutDtype = (bits: Uint16Array) => (dtype === "fp16" ? bits : Float32Array.from(bits, f16BitsToF32));
     let v: MilVar;
@@ -286,7 +282,17 @@ export class GraphWeights {
       v = this.b.const(e.data, dtype, e.shape, { name });
     }
     const { encoding, bits, shape, error } = e;
-    this.opts.onWeight?.({ name, role, encoding, shape, bits, ...error, reused: reused !== undefined });
+    this.constants.set(v.name, canonical);
+    this.opts.onWeight?.({
+      name,
+      tensor: canonical,
+      role: target.role,
+      encoding,
+      shape,
+      bits,
+      ...error,
+      reused: reused !== undefined,
+    });
     return v;
   }
 
@@ -303,7 +309,7 @@ export class GraphWeights {
     const d = t.data as Exclude<Tensor["data"], BigInt64Array>;
     const rows = d.subarray(start * cols, end * cols);
     const stored = crc32(new Uint8Array(rows.buffer, rows.byteOffset, rows.byteLength));
-    const groupSize = this.opts.quant.groupSize ?? DEFAULT_LUT_GROUP_SIZE;
+    const groupSize = q.kind === "lut" ? lutGroupSize(this.opts.quant, q) : 0;
     return createHash("sha256")
       .update(
         JSON.stringify({
@@ -412,7 +418,6 @@ export class GraphWeights {
         error: err.result(rows * cols),
       };
     }
-<<<<<<< HEAD
     const fp16 = this.dtype === "fp16";
     const out = fp16 ? new Uint16Array(rows * cols) : new Float32Array(rows * cols);
     await chunks(1, (first, _count, stored) => {
@@ -486,19 +491,6 @@ function bf16ToF16(src: Uint16Array, out: Uint16Array, err: ErrorSum): void {
   }
   for (let b = 0; b < 65536; b++) {
     if (count[b] > 0) err.addRepeated(bf16BitsToF32(b), f16BitsToF32(table[b]), count[b]);
-=======
-    this.constants.set(v.name, canonical);
-    this.opts.onWeight?.({
-      name,
-      tensor: canonical,
-      role: target.role,
-      encoding,
-      shape,
-      bits,
-      ...err.result(rows * cols),
-    });
-    return v;
->>>>>>> a246047 (converter: attention as matmul + softmax beside the sdpa op (--attention), cache and new row scored apart (no cache concat), mlstate KV read once and written once per function with its int32 bounds computed at the start; quantization policy by tensor role (presets, glob rules, --quant) recorded in model.json; MLP split into channel pieces over 16,384 and an ANE size check naming the tensor (WIP: docs, costplan))
   }
 }
 
