@@ -26,7 +26,13 @@ const lut4: readonly QuantRule[] = QUANT_PRESETS.lut4; // LUT4 body, LUT6 head
 const head = (bits: 4 | 6) => ({ rules: [{ pattern: "lm_head", quant: { kind: "lut", bits } as const }] });
 await ensurePackage(ck, join(dir, "embed.mlpackage"), { kind: "embed" }, { ctx: 256 }, rebuild);
 for (const bits of [6, 4] as const)
-  await ensurePackage(ck, join(dir, `lm_head-lut${bits}.mlpackage`), { kind: "lm_head" }, { ctx: 256, quant: head(bits) }, rebuild);
+  await ensurePackage(
+    ck,
+    join(dir, `lm_head-lut${bits}.mlpackage`),
+    { kind: "lm_head" },
+    { ctx: 256, quant: head(bits) },
+    rebuild,
+  );
 for (const [count, ctx] of [
   [1, 256],
   [1, 1024],

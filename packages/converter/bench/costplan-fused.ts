@@ -34,7 +34,9 @@ const ctx = Number(arg("--ctx") ?? 256);
 const rebuild = process.argv.includes("--rebuild");
 const variants = (
   arg("--variants") ??
-  ["io", "mlstate"].flatMap((s) => ["matmul:lut4", "sdpa:lut4", "matmul:default"].map((v) => `${s}:${v}`)).join(",")
+  ["io", "mlstate"]
+    .flatMap((s) => ["matmul:lut4", "sdpa:lut4", "matmul:default"].map((v) => `${s}:${v}`))
+    .join(",")
 )
   .split(",")
   .map((v) => {

@@ -8,9 +8,9 @@ import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { MlPackageWriter } from "@anemll-qwen35/ir/mil";
 import type { WeightSource } from "../src/graph/index.js";
 import { type BuildOptions, buildComponent, type ComponentSpec } from "../src/graph/index.js";
-import { MlPackageWriter } from "@anemll-qwen35/ir/mil";
 
 const here = dirname(fileURLToPath(import.meta.url));
 

@@ -3,8 +3,7 @@
  * (as many as fit the per-package size budget with `fuse: "all"`; an explicit `fuse` is kept even
  * over the budget, with a warning), and the lm_head — and what to warn about before converting.
  */
-import { InvalidArgumentError } from "@anemll-qwen35/core";
-import { numel } from "@anemll-qwen35/core";
+import { InvalidArgumentError, numel } from "@anemll-qwen35/core";
 import { type Qwen35Config, qwen35Parameters } from "@anemll-qwen35/ir/checkpoint";
 import { lutGroupSize, type QuantPolicy, quantFor, type WeightQuant } from "./graph/quant.js";
 

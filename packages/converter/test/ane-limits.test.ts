@@ -7,7 +7,13 @@ import { tensor } from "@anemll-qwen35/core";
 import { parseQwen35Config, qwen35ParameterMap } from "@anemll-qwen35/ir/checkpoint";
 import { tinyConfigJson } from "@anemll-qwen35/testkit";
 import { describe, expect, it } from "vitest";
-import { ANE_MAX_DIM, AneLimitError, buildComponent, type WeightEncodingReport, type WeightSource } from "../src/graph/index.js";
+import {
+  ANE_MAX_DIM,
+  AneLimitError,
+  buildComponent,
+  type WeightEncodingReport,
+  type WeightSource,
+} from "../src/graph/index.js";
 
 function source(text: Record<string, unknown>): WeightSource {
   const json = tinyConfigJson({ tied: false });
@@ -20,7 +26,11 @@ function source(text: Record<string, unknown>): WeightSource {
       const p = params.get(name);
       if (!p) throw new Error(`no tensor ${name}`);
       const n = p.shape.reduce((a, b) => a * b, 1);
-      return tensor("f32", p.shape, Float32Array.from({ length: n }, (_, i) => Math.sin(i) * 0.05));
+      return tensor(
+        "f32",
+        p.shape,
+        Float32Array.from({ length: n }, (_, i) => Math.sin(i) * 0.05),
+      );
     },
   };
 }
@@ -32,14 +42,18 @@ describe("ANE size limits", () => {
     const spec = { kind: "superblocks", first: 0, count: 1 } as const;
     await buildComponent(ck, spec, { ctx: 8, dtype: "fp32", onWeight: (r) => seen.push(r) });
     for (const part of ["gate_proj", "up_proj"])
-      expect(seen.filter((r) => r.tensor === `layers.0.mlp.${part}.weight`).map((r) => r.shape[0])).toEqual([8704, 8704]);
+      expect(seen.filter((r) => r.tensor === `layers.0.mlp.${part}.weight`).map((r) => r.shape[0])).toEqual([
+        8704, 8704,
+      ]);
     expect(seen.filter((r) => r.tensor === "layers.0.mlp.down_proj.weight").map((r) => r.shape)).toEqual([
       [16, 8704, 1, 1],
       [16, 8704, 1, 1],
     ]);
     expect(seen.every((r) => r.shape.every((d) => d <= ANE_MAX_DIM))).toBe(true);
 
-    const e = await buildComponent(ck, spec, { ctx: 8, dtype: "fp32", mlpMaxChannels: 17408 }).catch((x: unknown) => x);
+    const e = await buildComponent(ck, spec, { ctx: 8, dtype: "fp32", mlpMaxChannels: 17408 }).catch(
+      (x: unknown) => x,
+    );
     expect(e).toBeInstanceOf(AneLimitError);
     expect((e as AneLimitError).code).toBe("E_ANE_LIMIT");
     expect((e as AneLimitError).tensor).toBe("layers.0.mlp.gate_proj.weight");
@@ -51,9 +65,11 @@ describe("ANE size limits", () => {
     const ck = source({ vocab_size: 20000 });
     const ok = await buildComponent(ck, { kind: "lm_head" }, { ctx: 8, dtype: "fp32" });
     expect(ok.io.lmHead?.pieces.map((p) => p.rows)).toEqual([10000, 10000]);
-    const e = await buildComponent(ck, { kind: "lm_head" }, { ctx: 8, dtype: "fp32", lmHeadMaxRows: 20000 }).catch(
-      (x: unknown) => x,
-    );
+    const e = await buildComponent(
+      ck,
+      { kind: "lm_head" },
+      { ctx: 8, dtype: "fp32", lmHeadMaxRows: 20000 },
+    ).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(AneLimitError);
     expect((e as AneLimitError).tensor).toBe("lm_head");
   });

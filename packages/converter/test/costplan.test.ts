@@ -32,12 +32,16 @@ describe.skipIf(!hasFixture("tiny-gqa"))("costplan on fused super-blocks (fixtur
         const updates = runtime.filter((o) => o.type === "slice_update");
         expect(updates.map((o) => o.device)).toEqual(state === "io" ? [] : ["ANE"]);
         expect(runtime.filter((o) => o.type === "write_state")).toHaveLength(state === "io" ? 0 : 1);
-        const attentionOps = runtime.filter((o) => o.type === (attention === "sdpa" ? "scaled_dot_product_attention" : "matmul"));
+        const attentionOps = runtime.filter(
+          (o) => o.type === (attention === "sdpa" ? "scaled_dot_product_attention" : "matmul"),
+        );
         expect(attentionOps).toHaveLength((attention === "sdpa" ? 1 : 2) * 2); // two attention layers
         // the matmul form copies no cache: every concat is smaller than cache + new row [1, Hkv, ctx + 1, hd]
         const joined = (32 + 1) * ck.config.numKeyValueHeads * ck.config.headDim * 2;
         const big = runtime.filter((x) => x.type === "concat" && x.bytesWritten.activations >= joined);
-        expect(big.map((o) => o.name)).toEqual(attention === "matmul" ? [] : ["l3_attn_keys", "l3_attn_values", "l7_attn_keys", "l7_attn_values"]);
+        expect(big.map((o) => o.name)).toEqual(
+          attention === "matmul" ? [] : ["l3_attn_keys", "l3_attn_values", "l7_attn_keys", "l7_attn_values"],
+        );
       });
     }
   }

@@ -236,7 +236,11 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
         );
         expect(r.nonFinite).toEqual([]);
         expect(r.tokens).toEqual(g.generatedIds);
-        report(name, `sdpa fp16 (${state}) vs matmul fp16 max |Δlogit|`, maxDiff(r, fp16Run.logits).toFixed(4));
+        report(
+          name,
+          `sdpa fp16 (${state}) vs matmul fp16 max |Δlogit|`,
+          maxDiff(r, fp16Run.logits).toFixed(4),
+        );
       }
     });
 
@@ -252,14 +256,20 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
       const F = ck.config.intermediateSize as number;
       const pieces = reports.filter((r) => r.tensor === "layers.0.mlp.down_proj.weight");
       expect(pieces.map((r) => r.shape)).toEqual([88, 88, 80].map((f) => [ck.config.hiddenSize, f, 1, 1]));
-      expect(reports.filter((r) => r.tensor === "layers.0.mlp.gate_proj.weight").map((r) => r.shape[0])).toEqual([88, 88, 80]);
+      expect(
+        reports.filter((r) => r.tensor === "layers.0.mlp.gate_proj.weight").map((r) => r.shape[0]),
+      ).toEqual([88, 88, 80]);
       expect(F).toBe(256);
       const r = await runChain(
         new ReferenceChain({ ...parts32, superblocks: [sb] }, { precision: "fp32" }),
         g.promptIds,
         steps(),
       );
-      report(name, "MLP in 3 pieces fp32 max |Δlogit| vs unsplit", maxDiff(r, fp32Run.logits).toExponential(2));
+      report(
+        name,
+        "MLP in 3 pieces fp32 max |Δlogit| vs unsplit",
+        maxDiff(r, fp32Run.logits).toExponential(2),
+      );
       expect(maxDiff(r, hfRows)).toBeLessThanOrEqual(1e-3);
       expect(maxDiff(r, fp32Run.logits)).toBeLessThanOrEqual(1e-4);
       expect(r.tokens).toEqual(g.generatedIds);
@@ -407,7 +417,9 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
       expect(meanRel(lut.reports.filter(isHead))).toBeLessThan(meanRel(lutHead.reports.filter(isHead)));
       // the policy's finer GDN encodings lose less than uniform LUT4 on those tensors
       const gdnFine = (rs: WeightEncodingReport[]) =>
-        rs.filter((r) => ["gdn.in_proj_qkv", "gdn.out_proj", "gdn.in_proj_a", "gdn.in_proj_b"].includes(r.role));
+        rs.filter((r) =>
+          ["gdn.in_proj_qkv", "gdn.out_proj", "gdn.in_proj_a", "gdn.in_proj_b"].includes(r.role),
+        );
       expect(meanRel(gdnFine(policy.reports))).toBeLessThan(meanRel(gdnFine(lut.reports)));
       expect(fp16.kl).toBeLessThan(lut.kl);
     }, 240_000); // k-means of tiny-trained's 6 M body weights, three times

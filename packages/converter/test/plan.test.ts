@@ -83,9 +83,7 @@ describe("planComponents", () => {
   it("groups fuse N at a time with a shorter last package", () => {
     const plan = planComponents(cfg08, { fuse: 4, budgetBytes: 1.5e9, quant: LUT4 });
     expect(plan.map((c) => c.name)).toEqual(["embed", "sb_00-03", "sb_04-05", "lm_head"]);
-    expect(() => planComponents(cfg08, { fuse: 0, budgetBytes: 1, quant: LUT4 })).toThrow(
-      /--fuse/,
-    );
+    expect(() => planComponents(cfg08, { fuse: 0, budgetBytes: 1, quant: LUT4 })).toThrow(/--fuse/);
   });
 });
 

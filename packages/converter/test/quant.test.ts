@@ -36,7 +36,8 @@ describe("quantization policy", () => {
     expect(enc(r, "layers.2.linear_attn.in_proj_z.weight")).toBe("lut4");
     for (const n of ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"])
       expect(enc(r, `layers.3.${n}.weight`), n).toBe("lut4");
-    for (const n of ["gate_proj", "up_proj", "down_proj"]) expect(enc(r, `layers.7.mlp.${n}.weight`), n).toBe("lut4");
+    for (const n of ["gate_proj", "up_proj", "down_proj"])
+      expect(enc(r, `layers.7.mlp.${n}.weight`), n).toBe("lut4");
     expect(enc(r, "lm_head")).toBe("lut6");
     expect(enc(r, "embed")).toBe("none");
     expect(describePolicy({ rules: r }, targets)).toEqual({
@@ -58,7 +59,9 @@ describe("quantization policy", () => {
   });
 
   it("text form: a preset then pattern=encoding rules, the last match winning; commas continue an encoding", () => {
-    const spec = parseQuantSpec("lut4, gdn.in_proj_qkv=lut6,16 ,gdn.in_proj_a=fp16,layers.*.mlp.down_proj=lut8,per-tensor");
+    const spec = parseQuantSpec(
+      "lut4, gdn.in_proj_qkv=lut6,16 ,gdn.in_proj_a=fp16,layers.*.mlp.down_proj=lut8,per-tensor",
+    );
     expect(spec.preset).toBe("lut4");
     expect(formatQuantSpec(spec)).toBe(
       "lut4,gdn.in_proj_qkv=lut6,16,gdn.in_proj_a=none,layers.*.mlp.down_proj=lut8,per-tensor",
@@ -77,7 +80,15 @@ describe("quantization policy", () => {
 
   it("patterns: groups, role globs, canonical names with or without .weight", () => {
     const qkv = t("layers.4.linear_attn.in_proj_qkv.weight");
-    for (const p of ["body", "gdn", "*", "gdn.*", "gdn.in_proj_?kv", "layers.4.*", "layers.4.linear_attn.in_proj_qkv"])
+    for (const p of [
+      "body",
+      "gdn",
+      "*",
+      "gdn.*",
+      "gdn.in_proj_?kv",
+      "layers.4.*",
+      "layers.4.linear_attn.in_proj_qkv",
+    ])
       expect(patternMatches(p, qkv), p).toBe(true);
     for (const p of ["attn", "mlp", "lm_head", "embed", "layers.5.*", "layers.4.linear_attn.in_proj_z"])
       expect(patternMatches(p, qkv), p).toBe(false);
@@ -106,10 +117,12 @@ describe("quantization policy", () => {
     expect(() => parseQuantSpec("=lut4")).toThrow(/pattern before "=" is empty/);
     expect(() => parseQuantSpec("default,16")).toThrow(/neither a preset nor pattern=encoding/);
     expect(() => resolveQuantSpec({ quant: "body=int3" })).toThrow(ConvertOptionError);
-    expect(unmatchedPatterns({ rules: parseQuantSpec("gdn.in_proj_qvk=lut6,layers.99.*=lut8,mlp=lut6").rules }, targets)).toEqual([
-      "gdn.in_proj_qvk",
-      "layers.99.*",
-    ]);
+    expect(
+      unmatchedPatterns(
+        { rules: parseQuantSpec("gdn.in_proj_qvk=lut6,layers.99.*=lut8,mlp=lut6").rules },
+        targets,
+      ),
+    ).toEqual(["gdn.in_proj_qvk", "layers.99.*"]);
   });
 
   it("the shorthands body/lmHead/embed come after the preset and before the written rules", () => {

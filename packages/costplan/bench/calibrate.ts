@@ -42,19 +42,15 @@ import {
   type RuntimeFigures,
   retime,
 } from "../src/index.js";
-import {
-  buildLmHead,
-  buildStandInChain,
-  buildSuperBlocks,
-  QWEN35_9B,
-  QWEN35_08B,
-} from "./qwen35-standin.js";
+import { buildLmHead, buildStandInChain, buildSuperBlocks, QWEN35_9B, QWEN35_08B } from "./qwen35-standin.js";
 
 const chip = CHIPS["m4-pro"];
 const here = dirname(fileURLToPath(import.meta.url));
 const argValue = (name: string) => {
   const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1] : process.argv.find((a) => a.startsWith(`${name}=`))?.slice(name.length + 1);
+  return i > 0
+    ? process.argv[i + 1]
+    : process.argv.find((a) => a.startsWith(`${name}=`))?.slice(name.length + 1);
 };
 const packagesDir = argValue("--packages");
 const with9b = !process.argv.includes("--no-9b");
@@ -98,7 +94,8 @@ async function chain08(sb: string, sbCount: number, head: 4 | 6, name: string): 
   };
 }
 /** A 0.8B program: the converter's packages with --packages, else the stand-in. */
-const real08 = (file: () => Promise<Program>, standIn: () => Program) => (packagesDir ? file : async () => standIn());
+const real08 = (file: () => Promise<Program>, standIn: () => Program) =>
+  packagesDir ? file : async () => standIn();
 
 const SCENARIOS: Scenario[] = [
   {
@@ -306,7 +303,8 @@ const steps = (a: number, b: number, st: number) => {
 
 /** Grid search, then a finer grid around the best point; `withIo` false pins the I/O term at 0. */
 function fit(items: readonly { e: Evaluator; ms: number }[], withIo = true): Fit {
-  const loss = (g: Omit<Fit, "loss">) => items.reduce((s, it) => s + Math.log(predictMs(it.e, g) / it.ms) ** 2, 0);
+  const loss = (g: Omit<Fit, "loss">) =>
+    items.reduce((s, it) => s + Math.log(predictMs(it.e, g) / it.ms) ** 2, 0);
   let best: Fit = { dispatchMs: 0, fraction: 1, ioMsPerMB: 0, loss: Number.POSITIVE_INFINITY };
   const search = (ds: number[], fs: number[], ks: number[]) => {
     for (const fraction of fs)
@@ -324,7 +322,12 @@ function fit(items: readonly { e: Evaluator; ms: number }[], withIo = true): Fit
     steps(Math.max(0.01, c.fraction - 0.025), Math.min(1, c.fraction + 0.025), 0.0025),
     withIo ? steps(Math.max(0, c.ioMsPerMB - 0.02), c.ioMsPerMB + 0.02, 0.001) : [0],
   );
-  return { ...best, dispatchMs: round(best.dispatchMs, 4), fraction: round(best.fraction, 4), ioMsPerMB: round(best.ioMsPerMB, 4) };
+  return {
+    ...best,
+    dispatchMs: round(best.dispatchMs, 4),
+    fraction: round(best.fraction, 4),
+    ioMsPerMB: round(best.ioMsPerMB, 4),
+  };
 }
 
 const errOf = (pred: number, meas: number) => (pred - meas) / meas;
@@ -398,7 +401,20 @@ async function main(): Promise<void> {
       `Held out ${s.id}: measured ${s.measured} ${s.unit}, predicted ${row?.calibrated} (${pct(row?.calibratedError ?? 0)}); without the I/O term ${row?.twoFigure} (${pct(row?.twoFigureError ?? 0)})`,
     );
   }
-  const header = ["scenario", "role", "measured", "physics", "err", "calibrated", "err", "leave-one-out", "err", "no I/O term", "err", "I/O MB"];
+  const header = [
+    "scenario",
+    "role",
+    "measured",
+    "physics",
+    "err",
+    "calibrated",
+    "err",
+    "leave-one-out",
+    "err",
+    "no I/O term",
+    "err",
+    "I/O MB",
+  ];
   const body = rows.map((r) => [
     r.id,
     r.role,
@@ -414,7 +430,8 @@ async function main(): Promise<void> {
     r.ioMBPerCall.toFixed(2),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i].length)));
-  const line = (c: string[]) => c.map((x, i) => (i < 2 ? x.padEnd(widths[i]) : x.padStart(widths[i]))).join("  ");
+  const line = (c: string[]) =>
+    c.map((x, i) => (i < 2 ? x.padEnd(widths[i]) : x.padStart(widths[i]))).join("  ");
   console.log(`\n${line(header)}`);
   for (const b of body) console.log(line(b));
   console.log("\nAssumptions per row:");

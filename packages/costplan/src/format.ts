@@ -137,7 +137,8 @@ export function formatReport(r: CostReport, opts: FormatOptions = {}): string {
     `  dispatch ${figure(r.runtime.dispatchMs, " ms")} per prediction · device switch ${figure(r.runtime.switchMs, " ms")} · CPU ${figure(r.chip.cpuGBps, " GB/s")}, ${figure(r.chip.cpuGflops, " GFLOPS")}`,
   );
   if (r.runtime.aneOpMs.value > 0) out.push(`  fixed cost per ANE op ${figure(r.runtime.aneOpMs, " ms")}`);
-  if (r.runtime.ioMsPerMB) out.push(`  inputs/outputs ${figure(r.runtime.ioMsPerMB, " ms per MB")} (states excluded)`);
+  if (r.runtime.ioMsPerMB)
+    out.push(`  inputs/outputs ${figure(r.runtime.ioMsPerMB, " ms per MB")} (states excluded)`);
   if (r.notes.length) {
     out.push("");
     out.push("Notes");

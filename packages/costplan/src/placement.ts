@@ -215,7 +215,8 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
   },
   {
     id: "gather-runtime-index",
-    condition: "gather whose indices are computed at run time (a function input or an op result), not constants",
+    condition:
+      "gather whose indices are computed at run time (a function input or an op result), not constants",
     placement: "CPU",
     reason:
       "a gather by a run-time int32 index (the RoPE row at `position`) is not known to run on the ANE; public ports feed such rows from the host",
@@ -224,7 +225,9 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
     match: (c) => {
       if (c.r.op.type !== "gather" && c.r.op.type !== "gather_along_axis") return undefined;
       const idx = c.operands.find((o) => o.param === "indices");
-      return idx?.role === "index" ? `indices ${idx.varName ?? ""} are computed at run time`.trim() : undefined;
+      return idx?.role === "index"
+        ? `indices ${idx.varName ?? ""} are computed at run time`.trim()
+        : undefined;
     },
   },
   {
@@ -262,7 +265,9 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
       if (c.r.op.type !== "slice_update") return undefined;
       const state = c.operands.find((o) => o.param === "x")?.state;
       const n = state ? (c.stateUpdates.get(state) ?? 0) : 0;
-      return n > ANE_MAX_STATE_UPDATES ? `state ${state} takes ${n} slice_updates in this function` : undefined;
+      return n > ANE_MAX_STATE_UPDATES
+        ? `state ${state} takes ${n} slice_updates in this function`
+        : undefined;
     },
   },
   {

@@ -204,7 +204,8 @@ describe("placement rules", () => {
       b.output("y", b.mul({ x: u, y: u, name: "sq" }));
       const m = b.model();
       for (let i = 0; i < n; i++) {
-        if (n > 2) expect(expectRule(m, `put${i}`, "many-state-updates", "CPU").reason).toContain("3 slice_updates");
+        if (n > 2)
+          expect(expectRule(m, `put${i}`, "many-state-updates", "CPU").reason).toContain("3 slice_updates");
         else expect(opNamed(m, `put${i}`).device).toBe("ANE");
       }
     }

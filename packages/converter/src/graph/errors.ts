@@ -47,7 +47,9 @@ export class AneLimitError extends AnemllError {
     super(
       "E_ANE_LIMIT",
       `${component}: ${found.opType} "${found.op}": ${what} [${found.shape.join(", ")}] has a dimension over the ANE's ${limit} limit` +
-        (found.tensor ? " — split the projection (lm_head pieces: lmHeadMaxRows; MLP pieces: mlpMaxChannels)" : ""),
+        (found.tensor
+          ? " — split the projection (lm_head pieces: lmHeadMaxRows; MLP pieces: mlpMaxChannels)"
+          : ""),
     );
     this.op = found.op;
     this.operand = found.operand;

@@ -15,8 +15,8 @@ export { buildEmbed } from "./embed.js";
 export { AneLimitError, GraphOptionError, UnsupportedModelError } from "./errors.js";
 export { type GdnStateIn, type GdnStep, gdnLayer } from "./gdn.js";
 export * from "./io.js";
-export { buildLmHead } from "./lm-head.js";
 export { checkAneLimits } from "./limits.js";
+export { buildLmHead } from "./lm-head.js";
 export { mlp } from "./mlp.js";
 export { rmsNorm1p, zeroCentredGain } from "./norms.js";
 export {

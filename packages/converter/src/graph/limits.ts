@@ -39,7 +39,7 @@ export function checkAneLimits(
     for (const o of op.outputs)
       if (o.type.kind === "tensor") operands.push({ operand: "result", type: o.type });
     for (const x of operands) {
-      if (!x.type || !x.type.shape.some((d) => d > limit)) continue;
+      if (!x.type?.shape.some((d) => d > limit)) continue;
       const constName = x.name ? producer.get(x.name) : undefined;
       throw new AneLimitError(
         component,

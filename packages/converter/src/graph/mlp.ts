@@ -25,10 +25,25 @@ export async function mlp(w: GraphWeights, layer: number, x: MilVar, maxChannels
   let sum: MilVar | undefined;
   // pieces in whole LUT groups (8 rows), so a piece's gate/up LUTs are the unsplit tensor's groups
   for (const [i, piece] of planPieces(F, maxChannels, 8).entries()) {
-    const gate = conv1x1(b, x, await w.conv1x1WeightPiece(`${p}gate_proj.weight`, piece, "rows", `p${i}`), `gate_p${i}`); // [1, f_i, 1, 1]
-    const up = conv1x1(b, x, await w.conv1x1WeightPiece(`${p}up_proj.weight`, piece, "rows", `p${i}`), `up_p${i}`);
+    const gate = conv1x1(
+      b,
+      x,
+      await w.conv1x1WeightPiece(`${p}gate_proj.weight`, piece, "rows", `p${i}`),
+      `gate_p${i}`,
+    ); // [1, f_i, 1, 1]
+    const up = conv1x1(
+      b,
+      x,
+      await w.conv1x1WeightPiece(`${p}up_proj.weight`, piece, "rows", `p${i}`),
+      `up_p${i}`,
+    );
     const h = b.mul({ x: siluTanh(b, gate, `act_p${i}`), y: up, name: `h_p${i}` });
-    const down = conv1x1(b, h, await w.conv1x1WeightPiece(`${p}down_proj.weight`, piece, "cols", `p${i}`), `down_p${i}`); // [1, D, 1, 1]
+    const down = conv1x1(
+      b,
+      h,
+      await w.conv1x1WeightPiece(`${p}down_proj.weight`, piece, "cols", `p${i}`),
+      `down_p${i}`,
+    ); // [1, D, 1, 1]
     sum = sum ? b.add({ x: sum, y: down, name: `down_sum${i}` }) : down;
   }
   return sum as MilVar;

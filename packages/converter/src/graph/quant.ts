@@ -107,7 +107,10 @@ const GROUPS: Readonly<Record<string, (role: string) => boolean>> = {
 };
 
 function globRegExp(glob: string): RegExp {
-  const body = glob.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".");
+  const body = glob
+    .replace(/[.+^${}()|[\]\\]/g, "\\$&")
+    .replace(/\*/g, ".*")
+    .replace(/\?/g, ".");
   return new RegExp(`^${body}$`);
 }
 
@@ -214,7 +217,10 @@ export function parseQuantSpec(text: string, field = "quant"): QuantSpec {
     try {
       return { pattern: r.pattern, quant: parseWeightQuant(r.encoding, field) };
     } catch (e) {
-      throw new GraphOptionError(field, `rule "${r.pattern}=${r.encoding}": ${(e as GraphOptionError).detail}`);
+      throw new GraphOptionError(
+        field,
+        `rule "${r.pattern}=${r.encoding}": ${(e as GraphOptionError).detail}`,
+      );
     }
   });
   return { preset, rules: parsed };
