@@ -17,6 +17,7 @@ import {
   buildComponent,
   type ComponentSpec,
   DEFAULT_QUANT_RULES,
+  planPieces,
   QUANT_PRESETS,
   type WeightEncodingReport,
 } from "../src/graph/index.js";
@@ -254,12 +255,12 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
         onWeight: (r) => reports.push(r),
       });
       const F = ck.config.intermediateSize as number;
-      const pieces = reports.filter((r) => r.tensor === "layers.0.mlp.down_proj.weight");
-      expect(pieces.map((r) => r.shape)).toEqual([88, 88, 80].map((f) => [ck.config.hiddenSize, f, 1, 1]));
-      expect(
-        reports.filter((r) => r.tensor === "layers.0.mlp.gate_proj.weight").map((r) => r.shape[0]),
-      ).toEqual([88, 88, 80]);
-      expect(F).toBe(256);
+      const widths = planPieces(F, 96, 8).map((p) => p.rows); // tiny-tied / tiny-gqa: 256 → 88, 88, 80
+      expect(widths.length).toBeGreaterThan(1);
+      const down = reports.filter((r) => r.tensor === "layers.0.mlp.down_proj.weight");
+      expect(down.map((r) => r.shape)).toEqual(widths.map((f) => [ck.config.hiddenSize, f, 1, 1]));
+      const gate = reports.filter((r) => r.tensor === "layers.0.mlp.gate_proj.weight");
+      expect(gate.map((r) => r.shape[0])).toEqual(widths);
       const r = await runChain(
         new ReferenceChain({ ...parts32, superblocks: [sb] }, { precision: "fp32" }),
         g.promptIds,
