@@ -1,8 +1,7 @@
 /** Parsers for option values shared by several commands; each throws a UsageError naming the option. */
 
-import { formatWeightQuant, parseWeightQuant, type WeightQuant } from "@anemll-qwen35/converter";
+import { parseWeightQuant, type WeightQuant } from "@anemll-qwen35/converter";
 import { AnemllError } from "@anemll-qwen35/core";
-import { Option } from "commander";
 
 /** Core ML compute units, as --compute-units takes them (run, chat, serve, costplan). */
 export const COMPUTE_UNITS = ["cpuAndNeuralEngine", "cpuOnly", "cpuAndGPU", "all"] as const;
@@ -51,12 +50,6 @@ export function weightQuant(option: string) {
       throw new UsageError(`${option}: ${(err as Error).message}`);
     }
   };
-}
-
-/** A weight-encoding option whose help shows its default the way a user writes it ("lut4"). */
-export function weightQuantOption(flags: string, description: string, dflt: WeightQuant): Option {
-  const option = flags.split(" ")[0];
-  return new Option(flags, description).argParser(weightQuant(option)).default(dflt, formatWeightQuant(dflt));
 }
 
 /** `all` or a positive integer. */

@@ -135,6 +135,25 @@ describe("convert → run → verify → inspect", () => {
     r = await cli("convert", FIXTURE, "-o", join(work, "x"), "--ctx", "100");
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/--ctx must be an integer from 128 to 4096/);
+    r = await cli("convert", FIXTURE, "-o", join(work, "x"), "--quant", "default,gdn.in_proj_qvk=lut6");
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--quant "gdn\.in_proj_qvk" matches no tensor/);
+    r = await cli("convert", FIXTURE, "-o", join(work, "x"), "--attention", "flash");
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--attention/);
+  });
+});
+
+describe("convert --help", () => {
+  it("names the attention forms and spells out the default quantization policy", async () => {
+    const help = await cli("convert", "--help");
+    expect(help.code).toBe(0);
+    const text = help.stdout.replace(/\s+/g, " ");
+    expect(text).toMatch(/--attention <form> .*matmul.*sdpa.*\(default: "matmul"\)/);
+    expect(text).toMatch(/--quant <policy> .*\(default: "default"\)/);
+    expect(text).toContain(
+      "body=lut4,gdn.in_proj_qkv=lut6,gdn.out_proj=lut6,gdn.in_proj_a=none,gdn.in_proj_b=none,lm_head=lut6,embed=none",
+    );
   });
 });
 

@@ -17,7 +17,7 @@ import { existsSync } from "node:fs";
 import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
-import { AnemllError } from "@anemll-qwen35/core";
+import { AnemllError, numel } from "@anemll-qwen35/core";
 import {
   CHAIN_FORMAT,
   CHAIN_FORMAT_VERSION,
@@ -25,17 +25,35 @@ import {
   type ChainManifestComponent,
 } from "@anemll-qwen35/ir/chain";
 import {
-  parameterCounts,
   Qwen35Checkpoint,
   type Qwen35Config,
+  qwen35Parameters,
   resolveModelRef,
   writeFileAtomic,
 } from "@anemll-qwen35/ir/checkpoint";
 import { digestMlPackage, MlPackageWriter } from "@anemll-qwen35/ir/mil";
+import { ATTENTION_FORMS, type AttentionForm } from "./graph/attention.js";
 import { assertConvertible, buildComponent } from "./graph/component.js";
+import { GraphOptionError } from "./graph/errors.js";
 import type { GraphDType, KvPlacement } from "./graph/io.js";
 import { ctxProblem, DEFAULT_LM_HEAD_MAX_ROWS } from "./graph/options.js";
-import { DEFAULT_LUT_GROUP_SIZE, formatWeightQuant, type WeightQuant } from "./graph/quant.js";
+import {
+  DEFAULT_LUT_GROUP_SIZE,
+  describePolicy,
+  formatQuantSpec,
+  formatWeightQuant,
+  lutGroupSize,
+  parseQuantSpec,
+  patternMatches,
+  type QuantPolicy,
+  type QuantRule,
+  type QuantSpec,
+  quantFor,
+  specRules,
+  unmatchedPatterns,
+  type WeightQuant,
+  type WeightTarget,
+} from "./graph/quant.js";
 import type { WeightEncodingReport } from "./graph/weights.js";
 import { KmeansPool } from "./kmeans-pool.js";
 import { checkOutputTarget, OutputError, PARTIAL_MARKER } from "./output.js";
@@ -49,13 +67,6 @@ export const CONVERTER_VERSION = "0.1.0";
 export const MIN_CTX = 128;
 export const MAX_CTX = 4096;
 export const DEFAULT_CTX = 256;
-/**
- * Default super-block encoding: LUT6. On learned weights (notes/quantization.md) a LUT4 body had
- * 10x the KL of LUT6 (0.0050 vs 0.0005 nats) and lost 4.7% top-1 agreement against 2.1%.
- */
-export const DEFAULT_BODY_QUANT: WeightQuant = { kind: "lut", bits: 6 };
-/** Default lm_head encoding: LUT6 (KL 0.0007 vs 0.0046 for LUT4, and no extra greedy loops). */
-export const DEFAULT_LM_HEAD_QUANT: WeightQuant = { kind: "lut", bits: 6 };
 
 export interface ConvertOptions {
   /** Local checkpoint folder or `hf:owner/name[@revision]`. */
@@ -72,13 +83,20 @@ export interface ConvertOptions {
   state?: KvPlacement;
   /** "fp16" (default, the ANE program) or "fp32" (same graph in fp32, for exact parity checks). */
   dtype?: GraphDType;
-  /** Super-block weights (default DEFAULT_BODY_QUANT). */
+  /** The attention core: "matmul" (default) or "sdpa" (see graph/attention.ts). */
+  attention?: AttentionForm;
+  /**
+   * How each weight is stored: a preset and rules (graph/quant.ts), as text
+   * ("default,gdn.in_proj_qkv=lut8") or parsed. Default: the preset "default" (DEFAULT_QUANT_RULES).
+   */
+  quant?: string | QuantSpec;
+  /** Shorthand for the rule body=…: every super-block projection (applied after quant's preset, before its rules). */
   body?: WeightQuant;
-  /** lm_head weights (default DEFAULT_LM_HEAD_QUANT). */
+  /** Shorthand for the rule lm_head=… (likewise). */
   lmHead?: WeightQuant;
-  /** Embedding table (default none). */
+  /** Shorthand for the rule embed=… (likewise). */
   embed?: WeightQuant;
-  /** Output channels per LUT (default DEFAULT_LUT_GROUP_SIZE). */
+  /** Output channels per LUT for LUT encodings that name none (default 8). */
   groupSize?: number;
   /** lm_head emits per-piece top-1 instead of logits. */
   argmax?: boolean;
@@ -170,12 +188,14 @@ function workPerElement(q: WeightQuant): number {
 /** Estimated work of a component: its weights' elements times their encodings' cost. */
 function componentWork(config: Qwen35Config, c: PlannedComponent, r: ResolvedConvert): number {
   const vocab = config.vocabSize * config.hiddenSize;
-  if (c.kind === "embed") return vocab * workPerElement(r.embed);
-  if (c.kind === "lm_head") return vocab * workPerElement(r.lmHead);
-  const perLayer = parameterCounts(config).perLayer;
-  let params = 0;
-  for (let l = c.layers[0]; l < c.layers[1]; l++) params += perLayer[l];
-  return params * workPerElement(r.body);
+  if (c.kind === "embed") return vocab * workPerElement(quantFor(r.quant, { canonical: "embed", role: "embed" }));
+  if (c.kind === "lm_head") return vocab * workPerElement(quantFor(r.quant, { canonical: "lm_head", role: "lm_head" }));
+  let work = 0;
+  for (const p of qwen35Parameters(config, { tied: true })) {
+    if (p.layer < c.layers[0] || p.layer >= c.layers[1]) continue;
+    work += numel(p.shape) * (p.kind === "projection" ? workPerElement(quantFor(r.quant, p)) : 1);
+  }
+  return work;
 }
 
 interface ResolvedConvert {
@@ -184,12 +204,28 @@ interface ResolvedConvert {
   budgetBytes: number;
   state: KvPlacement;
   dtype: GraphDType;
-  body: WeightQuant;
-  lmHead: WeightQuant;
-  embed: WeightQuant;
-  groupSize: number;
+  attention: AttentionForm;
+  /** The policy as written down (preset, shorthands, rules) and the rules it resolves to. */
+  quantSpec: QuantSpec;
+  quant: QuantPolicy;
   argmax: boolean;
   lmHeadMaxRows: number;
+}
+
+/** The policy of a conversion: quant's preset, then the body/lmHead/embed shorthands, then quant's rules. */
+export function resolveQuantSpec(o: Pick<ConvertOptions, "quant" | "body" | "lmHead" | "embed">): QuantSpec {
+  let spec: QuantSpec;
+  try {
+    spec = typeof o.quant === "string" ? parseQuantSpec(o.quant) : (o.quant ?? parseQuantSpec(""));
+  } catch (err) {
+    if (err instanceof GraphOptionError) throw new ConvertOptionError("quant", err.detail);
+    throw err;
+  }
+  const shorthands: QuantRule[] = [];
+  if (o.body) shorthands.push({ pattern: "body", quant: o.body });
+  if (o.lmHead) shorthands.push({ pattern: "lm_head", quant: o.lmHead });
+  if (o.embed) shorthands.push({ pattern: "embed", quant: o.embed });
+  return { preset: spec.preset, rules: [...shorthands, ...spec.rules] };
 }
 
 function resolveOptions(o: ConvertOptions): ResolvedConvert {
@@ -204,18 +240,51 @@ function resolveOptions(o: ConvertOptions): ResolvedConvert {
   if (!Number.isInteger(groupSize) || groupSize < 1) {
     throw new ConvertOptionError("group-size", `must be a positive integer, got ${groupSize}`);
   }
+  const attention = o.attention ?? "matmul";
+  if (!ATTENTION_FORMS.includes(attention)) {
+    throw new ConvertOptionError("attention", `must be ${ATTENTION_FORMS.join(" or ")}, got ${attention}`);
+  }
+  const quantSpec = resolveQuantSpec(o);
   return {
     ctx,
     fuse,
     budgetBytes,
     state: o.state ?? "io",
     dtype: o.dtype ?? "fp16",
-    body: o.body ?? DEFAULT_BODY_QUANT,
-    lmHead: o.lmHead ?? DEFAULT_LM_HEAD_QUANT,
-    embed: o.embed ?? { kind: "none" },
-    groupSize,
+    attention,
+    quantSpec,
+    quant: { rules: specRules(quantSpec), groupSize },
     argmax: o.argmax ?? false,
     lmHeadMaxRows: o.lmHeadMaxRows ?? DEFAULT_LM_HEAD_MAX_ROWS,
+  };
+}
+
+/** Every tensor a policy can encode: the projections, the embedding and the head (the embedding when tied). */
+function quantTargets(config: Qwen35Config): WeightTarget[] {
+  const all: WeightTarget[] = qwen35Parameters(config, { tied: true }).filter(
+    (p) => p.kind === "projection" || p.kind === "embedding",
+  );
+  return [...all, { canonical: "lm_head", role: "lm_head" }];
+}
+
+/**
+ * model.json's `quantization`: the policy as written, the encoding it gives each role (or tensor,
+ * where a role's tensors differ), and the one-word summaries `body` (one encoding, or "mixed"),
+ * `lmHead` and `embed`.
+ */
+function quantizationRecord(config: Qwen35Config, r: ResolvedConvert): ChainManifest["quantization"] {
+  const targets = quantTargets(config);
+  const withGroup = (q: WeightQuant) =>
+    formatWeightQuant(q.kind === "lut" && !q.perTensor ? { ...q, groupSize: lutGroupSize(r.quant, q) } : q);
+  const of = (t: WeightTarget) => formatWeightQuant(quantFor(r.quant, t));
+  const body = new Set(targets.filter((t) => patternMatches("body", t)).map(of));
+  return {
+    body: body.size === 1 ? [...body][0] : "mixed",
+    lmHead: of({ canonical: "lm_head", role: "lm_head" }),
+    embed: of({ canonical: "embed", role: "embed" }),
+    groupSize: r.quant.groupSize ?? DEFAULT_LUT_GROUP_SIZE,
+    policy: formatQuantSpec(r.quantSpec),
+    encodings: describePolicy(r.quant, targets, withGroup),
   };
 }
 
@@ -323,14 +392,14 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     const configBytes = await readFile(join(dir, "config.json"));
     const configSha = sha256(configBytes);
 
-    const planOptions = {
-      fuse: r.fuse,
-      budgetBytes: r.budgetBytes,
-      body: r.body,
-      embed: r.embed,
-      lmHead: r.lmHead,
-      groupSize: r.groupSize,
-    };
+    const unmatched = unmatchedPatterns({ rules: r.quantSpec.rules }, quantTargets(ck.config));
+    if (unmatched.length) {
+      throw new ConvertOptionError(
+        "quant",
+        `${unmatched.map((p) => `"${p}"`).join(", ")} matches no tensor of this model (patterns: body, gdn, attn, mlp, lm_head, embed, a role such as gdn.in_proj_qkv, or a canonical name such as layers.3.mlp.down_proj; * and ? glob)`,
+      );
+    }
+    const planOptions = { fuse: r.fuse, budgetBytes: r.budgetBytes, quant: r.quant };
     const plan = planComponents(ck.config, planOptions);
     for (const w of planWarnings(plan, planOptions)) log(w);
     totalBytes = plan.reduce((n, c) => n + c.estimatedBytes, 0);
@@ -370,7 +439,8 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
           ctx: r.ctx,
           dtype: r.dtype,
           state: r.state,
-          quant: { body: r.body, lmHead: r.lmHead, embed: r.embed, groupSize: r.groupSize },
+          attention: r.attention,
+          quant: r.quant,
           argmax: r.argmax,
           lmHeadMaxRows: r.lmHeadMaxRows,
           blobSink: journal.sink(writer.blobs),
@@ -380,7 +450,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
           signal,
           onWeight: (w) => {
             weights.push(w);
-            const q = w.role === "body" ? r.body : w.role === "lmHead" ? r.lmHead : r.embed;
+            const q = quantFor(r.quant, { canonical: w.tensor, role: w.role });
             workDone += w.shape.reduce((a, b) => a * b, 1) * workPerElement(q);
             log(
               `${c.name}: ${w.name} ${w.encoding} [${w.shape.join("x")}] mse=${w.mse.toExponential(3)} rel=${w.relative.toExponential(3)}${w.reused ? " (reused)" : ""}`,
@@ -448,12 +518,8 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
       fuse: r.fuse,
       state: r.state,
       dtype: r.dtype,
-      quantization: {
-        body: formatWeightQuant(r.body),
-        lmHead: formatWeightQuant(r.lmHead),
-        embed: formatWeightQuant(r.embed),
-        groupSize: r.groupSize,
-      },
+      attention: r.attention,
+      quantization: quantizationRecord(ck.config, r),
       argmax: r.argmax,
       components,
       tokenizer: {

@@ -3,22 +3,17 @@
  * (as many as fit the per-package size budget with `fuse: "all"`; an explicit `fuse` is kept even
  * over the budget, with a warning), and the lm_head — and what to warn about before converting.
  */
-import { InvalidArgumentError } from "@anemll-qwen35/core";
-import { parameterCounts, type Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
-import type { WeightQuant } from "./graph/quant.js";
+import { InvalidArgumentError, numel } from "@anemll-qwen35/core";
+import { type Qwen35Config, qwen35Parameters } from "@anemll-qwen35/ir/checkpoint";
+import { lutGroupSize, type QuantPolicy, quantFor, type WeightQuant } from "./graph/quant.js";
 
 export interface PlanOptions {
   /** Super-blocks per package, or "all" (as many as the budget allows). */
   fuse: number | "all";
   /** Largest package size in bytes (default 1.5 GB: single ANE blobs of ~2 GB fell back to CPU). */
   budgetBytes: number;
-  /** Encoding of the super-block projections. */
-  body: WeightQuant;
-  /** Default LUT group size (output channels per LUT). */
-  groupSize: number;
-  /** Encodings of the embedding table and the lm_head (for their size estimates; default none). */
-  embed?: WeightQuant;
-  lmHead?: WeightQuant;
+  /** How each weight is stored (sizes follow it tensor by tensor). */
+  quant: QuantPolicy;
 }
 
 export type PlannedComponent =
@@ -57,17 +52,22 @@ export function bytesFor(params: number, encoding: WeightQuant, rows: number, gr
   }
 }
 
-/** Estimated package size of one super-block (its four layers) under an encoding. */
-export function superBlockBytes(
-  config: Qwen35Config,
-  index: number,
-  encoding: WeightQuant,
-  groupSize: number,
-): number {
-  const perLayer = parameterCounts(config).perLayer;
-  const params = config.superBlocks[index].layers.reduce((s, l) => s + perLayer[l], 0);
-  // rows ≈ params / hidden: good enough for the LUT overhead term
-  return bytesFor(params, encoding, Math.ceil(params / config.hiddenSize), groupSize);
+/** Estimated package size of one super-block (its four layers), tensor by tensor as `quant` stores them. */
+export function superBlockBytes(config: Qwen35Config, index: number, quant: QuantPolicy): number {
+  const layers = new Set(config.superBlocks[index].layers);
+  let bytes = 0;
+  for (const p of qwen35Parameters(config, { tied: true })) {
+    if (!layers.has(p.layer)) continue;
+    const n = numel(p.shape);
+    const q = p.kind === "projection" ? quantFor(quant, p) : { kind: "none" as const };
+    bytes += bytesFor(n, q, p.shape[0], q.kind === "lut" ? lutGroupSize(quant, q) : 0);
+  }
+  return bytes;
+}
+
+/** The encoding of the embedding table or the lm_head under a policy. */
+function vocabQuant(quant: QuantPolicy, role: "embed" | "lm_head"): WeightQuant {
+  return quantFor(quant, { canonical: role, role });
 }
 
 const pad2 = (n: number) => String(n).padStart(2, "0");
@@ -77,15 +77,13 @@ export function planComponents(config: Qwen35Config, options: PlanOptions): Plan
   if (options.fuse !== "all" && (!Number.isInteger(options.fuse) || options.fuse < 1)) {
     throw new InvalidArgumentError(`--fuse must be a positive integer or "all", got ${options.fuse}`);
   }
-  const vocabBytes = (q: WeightQuant | undefined) =>
-    bytesFor(
-      config.vocabSize * config.hiddenSize,
-      q ?? { kind: "none" },
-      config.vocabSize,
-      options.groupSize,
-    );
+  const vocabBytes = (role: "embed" | "lm_head") => {
+    const q = vocabQuant(options.quant, role);
+    const group = q.kind === "lut" ? lutGroupSize(options.quant, q) : 0;
+    return bytesFor(config.vocabSize * config.hiddenSize, q, config.vocabSize, group);
+  };
   const out: PlannedComponent[] = [
-    { kind: "embed", name: "embed", file: "embed.mlpackage", estimatedBytes: vocabBytes(options.embed) },
+    { kind: "embed", name: "embed", file: "embed.mlpackage", estimatedBytes: vocabBytes("embed") },
   ];
   let first = 0;
   while (first < total) {
@@ -93,7 +91,7 @@ export function planComponents(config: Qwen35Config, options: PlanOptions): Plan
     let bytes = 0;
     const maxPer = options.fuse === "all" ? total : options.fuse;
     while (first + count < total && count < maxPer) {
-      const next = superBlockBytes(config, first + count, options.body, options.groupSize);
+      const next = superBlockBytes(config, first + count, options.quant);
       // "all" fills packages up to the budget; a single super-block over budget still gets its
       // own package (super-blocks are the unit of conversion). An explicit fuse is kept as asked.
       if (options.fuse === "all" && count > 0 && bytes + next > options.budgetBytes) break;
@@ -121,7 +119,7 @@ export function planComponents(config: Qwen35Config, options: PlanOptions): Plan
     kind: "lm_head",
     name: "lm_head",
     file: "lm_head.mlpackage",
-    estimatedBytes: vocabBytes(options.lmHead),
+    estimatedBytes: vocabBytes("lm_head"),
   });
   return out;
 }
@@ -156,13 +154,13 @@ export function planWarnings(plan: readonly PlannedComponent[], options: PlanOpt
   }
   for (const c of over) {
     if (c.kind === "superblocks") continue;
-    const q = c.kind === "embed" ? options.embed : options.lmHead;
+    const q = vocabQuant(options.quant, c.kind === "embed" ? "embed" : "lm_head");
     const advice =
-      q && q.kind !== "none"
+      q.kind !== "none"
         ? "fewer LUT bits or a larger --budget would fit it"
         : `${c.kind === "embed" ? "--embed-lut 8" : "--lmhead-lut 6"} (or int8) would shrink it`;
     warnings.push(
-      `warning: ${c.file} is ~${formatBytes(c.estimatedBytes)}${q && q.kind !== "none" ? "" : " (unquantized)"}, over the ${budget} budget; ${advice}`,
+      `warning: ${c.file} is ~${formatBytes(c.estimatedBytes)}${q.kind !== "none" ? "" : " (unquantized)"}, over the ${budget} budget; ${advice}`,
     );
   }
   return warnings;

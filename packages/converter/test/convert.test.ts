@@ -38,14 +38,63 @@ describe("convert", () => {
       "sb_01.mlpackage",
       "lm_head.mlpackage",
     ]);
-    expect(m.quantization).toMatchObject({ body: "lut6", lmHead: "lut6", embed: "none", groupSize: 8 });
+    // the default policy, recorded by role
+    expect(m.quantization).toMatchObject({ body: "mixed", lmHead: "lut6", embed: "none", groupSize: 8 });
+    expect(m.quantization.policy).toBe("default");
+    expect(m.quantization.encodings).toMatchObject({
+      "gdn.in_proj_a": "none",
+      "gdn.in_proj_b": "none",
+      "gdn.in_proj_qkv": "lut6,8",
+      "gdn.out_proj": "lut6,8",
+      "gdn.in_proj_z": "lut4,8",
+      "attn.q_proj": "lut4,8",
+      "mlp.down_proj": "lut4,8",
+      lm_head: "lut6,8",
+      embed: "none",
+    });
+    expect(m.attention).toBe("matmul");
     expect(m.ctx).toBe(128);
     expect(m.tokenizer.files).toContain("tokenizer.json");
     expect(m.tokenizer.eosTokenIds.length).toBeGreaterThan(0);
     for (const c of m.components) expect(existsSync(join(out, c.file))).toBe(true);
     expect(existsSync(`${out}.partial`)).toBe(false);
     expect(stages.at(-1)).toBe("finish:");
-    expect(r.weights.some((w) => w.role === "body" && w.encoding.startsWith("lut6"))).toBe(true);
+    expect(r.weights.filter((w) => w.role === "gdn.in_proj_qkv").every((w) => w.encoding.startsWith("lut6"))).toBe(true);
+    expect(r.weights.filter((w) => w.role === "mlp.down_proj").every((w) => w.encoding.startsWith("lut4"))).toBe(true);
+  });
+
+  it("takes a policy text and the shorthands, records both in model.json, and refuses a pattern that matches nothing", async () => {
+    const out = join(fresh(), "tiny");
+    await convert({
+      model: tied,
+      out,
+      ctx: 128,
+      attention: "sdpa",
+      quant: "lut4,layers.3.*=lut8,gdn.in_proj_a=none",
+      lmHead: { kind: "int8" },
+    });
+    const m = await readChainManifest(out);
+    expect(m.attention).toBe("sdpa");
+    expect(m.quantization.policy).toBe("lut4,lm_head=int8,layers.3.*=lut8,gdn.in_proj_a=none");
+    expect(m.quantization.encodings).toMatchObject({
+      "layers.3.self_attn.q_proj.weight": "lut8,8",
+      "layers.7.self_attn.q_proj.weight": "lut4,8",
+      "gdn.in_proj_a": "none",
+      "gdn.in_proj_b": "lut4,8",
+      lm_head: "int8",
+    });
+    expect(m.quantization).toMatchObject({ body: "mixed", lmHead: "int8" });
+    const sb = m.components.find((c) => c.kind === "superblocks");
+    expect(sb?.io.inputs.find((t) => t.name === "mask")?.role).toMatchObject({ rule: "io", keys: 129 });
+
+    const bad = convert({ model: tied, out: join(fresh(), "x"), ctx: 128, quant: "gdn.in_proj_qvk=lut6" });
+    await expect(bad).rejects.toThrow(ConvertOptionError);
+    await expect(
+      convert({ model: tied, out: join(fresh(), "x"), ctx: 128, quant: "gdn.in_proj_qvk=lut6" }),
+    ).rejects.toThrow(/"gdn\.in_proj_qvk" matches no tensor/);
+    await expect(convert({ model: tied, out: join(fresh(), "x"), ctx: 128, quant: "lut5" })).rejects.toThrow(
+      /--quant unknown preset "lut5"/,
+    );
   });
 
   it("resumes an interrupted conversion, skipping components whose checksums match", async () => {

@@ -16,6 +16,9 @@ import {
   type BuildOptions,
   buildComponent,
   type ComponentSpec,
+  DEFAULT_QUANT_RULES,
+  planPieces,
+  QUANT_PRESETS,
   type WeightEncodingReport,
 } from "../src/graph/index.js";
 import { type ChainPart, type ChainParts, ReferenceChain, type RunResult, runChain } from "./chain.js";
@@ -210,6 +213,69 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
       );
     });
 
+    it("attention as the sdpa op: fp32 within 1e-3 of HF and of the matmul form, fp16 greedy tokens, in both KV placements", async () => {
+      const all = { kind: "superblocks", first: 0, count: ck.config.superBlocks.length } as const;
+      const sdpa32 = await pkg("sdpa32_sb", all, { ctx: CTX, dtype: "fp32", attention: "sdpa" });
+      const r32 = await runChain(
+        new ReferenceChain({ ...parts32, superblocks: [sdpa32] }, { precision: "fp32" }),
+        g.promptIds,
+        steps(),
+      );
+      report(name, "sdpa fp32 max |Δlogit| vs HF / vs matmul form", [
+        maxDiff(r32, hfRows).toExponential(2),
+        maxDiff(r32, fp32Run.logits).toExponential(2),
+      ]);
+      expect(maxDiff(r32, hfRows)).toBeLessThanOrEqual(1e-3);
+      expect(maxDiff(r32, fp32Run.logits)).toBeLessThanOrEqual(1e-4);
+      expect(r32.tokens).toEqual(g.generatedIds);
+      for (const state of ["io", "mlstate"] as const) {
+        const sb = await pkg(`sdpa16_${state}_sb`, all, { ctx: CTX, state, attention: "sdpa" });
+        const r = await runChain(
+          new ReferenceChain({ ...parts16, superblocks: [sb] }, { precision: "fp16", flushSubnormals: true }),
+          g.promptIds,
+          steps(),
+        );
+        expect(r.nonFinite).toEqual([]);
+        expect(r.tokens).toEqual(g.generatedIds);
+        report(
+          name,
+          `sdpa fp16 (${state}) vs matmul fp16 max |Δlogit|`,
+          maxDiff(r, fp16Run.logits).toFixed(4),
+        );
+      }
+    });
+
+    it("an MLP split into channel pieces (mlpMaxChannels 96): fp32 within 1e-3 of HF, same tokens, 1e-4 of the unsplit chain", async () => {
+      const reports: WeightEncodingReport[] = [];
+      const all = { kind: "superblocks", first: 0, count: ck.config.superBlocks.length } as const;
+      const sb = await pkg("mlpsplit32_sb", all, {
+        ctx: CTX,
+        dtype: "fp32",
+        mlpMaxChannels: 96,
+        onWeight: (r) => reports.push(r),
+      });
+      const F = ck.config.intermediateSize as number;
+      const widths = planPieces(F, 96, 8).map((p) => p.rows); // tiny-tied / tiny-gqa: 256 → 88, 88, 80
+      expect(widths.length).toBeGreaterThan(1);
+      const down = reports.filter((r) => r.tensor === "layers.0.mlp.down_proj.weight");
+      expect(down.map((r) => r.shape)).toEqual(widths.map((f) => [ck.config.hiddenSize, f, 1, 1]));
+      const gate = reports.filter((r) => r.tensor === "layers.0.mlp.gate_proj.weight");
+      expect(gate.map((r) => r.shape[0])).toEqual(widths);
+      const r = await runChain(
+        new ReferenceChain({ ...parts32, superblocks: [sb] }, { precision: "fp32" }),
+        g.promptIds,
+        steps(),
+      );
+      report(
+        name,
+        "MLP in 3 pieces fp32 max |Δlogit| vs unsplit",
+        maxDiff(r, fp32Run.logits).toExponential(2),
+      );
+      expect(maxDiff(r, hfRows)).toBeLessThanOrEqual(1e-3);
+      expect(maxDiff(r, fp32Run.logits)).toBeLessThanOrEqual(1e-4);
+      expect(r.tokens).toEqual(g.generatedIds);
+    });
+
     it("lm_head split into pieces, and argmax mode, give the same top-1 as full logits", async () => {
       const V = ck.config.vocabSize;
       const maxRows = Math.ceil(V / 4) + 7; // several uneven-looking pieces
@@ -275,21 +341,23 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
         return measure(tag, parts, reports);
       };
       const fp16 = await measure("fp16 (plain)", parts16, fp16Reports);
-      const lut = await quantized("q_lut4body_lut6head", {
-        body: { kind: "lut", bits: 4 },
-        lmHead: { kind: "lut", bits: 6 },
+      const lut = await quantized("q_lut4body_lut6head", { rules: QUANT_PRESETS.lut4 });
+      const lutHead = await quantized("q_lut4head", {
+        rules: [{ pattern: "lm_head", quant: { kind: "lut", bits: 4 } }],
       });
-      const lutHead = await quantized("q_lut4head", { lmHead: { kind: "lut", bits: 4 } });
       const int8 = await quantized("q_int8body_int8embed", {
-        body: { kind: "int8" },
-        embed: { kind: "int8" },
+        rules: [
+          { pattern: "body", quant: { kind: "int8" } },
+          { pattern: "embed", quant: { kind: "int8" } },
+        ],
       });
+      const policy = await quantized("q_default_policy", { rules: DEFAULT_QUANT_RULES });
 
       // an LUT8 embedding (gather from the expanded table) against HF's embedding output
       const embedLut = await pkg(
         "q_lut8embed",
         { kind: "embed" },
-        { ctx: CTX, quant: { embed: { kind: "lut", bits: 8 } }, workers: 1 },
+        { ctx: CTX, quant: { rules: [{ pattern: "embed", quant: { kind: "lut", bits: 8 } }] }, workers: 1 },
       );
       const embedInterp = new MilInterpreter(embedLut.model.program, {
         precision: "fp16",
@@ -303,30 +371,57 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
       expect(Math.min(...embCos)).toBeGreaterThan(0.999);
 
       // every body projection of the LUT4 run is reported with 4-bit indices; LUT6 head pieces with 6
-      const body = lut.reports.filter((r) => r.role === "body");
+      const isBody = (r: WeightEncodingReport) => r.role !== "lm_head" && r.role !== "embed";
+      const isHead = (r: WeightEncodingReport) => r.role === "lm_head";
+      const body = lut.reports.filter(isBody);
       const L = ck.config.numHiddenLayers;
       expect(body.length).toBe(((3 * L) / 4) * 5 + (L / 4) * 4 + L * 3); // GDN: qkv z b a out · attention: q k v o · MLP: gate up down
       for (const r of body) expect(r.bits).toBe(4);
-      for (const r of lut.reports.filter((r) => r.role === "lmHead")) expect(r.bits).toBe(6);
+      for (const r of lut.reports.filter(isHead)) expect(r.bits).toBe(6);
+      // the default policy, tensor by tensor: GDN a/b fp16, qkv/out LUT6, everything else in a layer LUT4
+      const bitsByRole = new Map<string, Set<number>>();
+      for (const r of policy.reports.filter(isBody))
+        bitsByRole.set(r.role, (bitsByRole.get(r.role) ?? new Set()).add(r.bits));
+      const want: Record<string, number> = {
+        "gdn.in_proj_a": 16,
+        "gdn.in_proj_b": 16,
+        "gdn.in_proj_qkv": 6,
+        "gdn.out_proj": 6,
+        "gdn.in_proj_z": 4,
+        "attn.q_proj": 4,
+        "attn.k_proj": 4,
+        "attn.v_proj": 4,
+        "attn.o_proj": 4,
+        "mlp.gate_proj": 4,
+        "mlp.up_proj": 4,
+        "mlp.down_proj": 4,
+      };
+      expect(Object.fromEntries([...bitsByRole].map(([k, v]) => [k, [...v]]))).toEqual(
+        Object.fromEntries(Object.entries(want).map(([k, v]) => [k, [v]])),
+      );
       const meanRel = (rs: WeightEncodingReport[]) => rs.reduce((s, r) => s + r.relative, 0) / rs.length;
       report(
         name,
         "mean relative weight error fp16 / int8 / lut6 head / lut4 body / lut4 head",
         [
           fp16.reports,
-          int8.reports.filter((r) => r.role === "body"),
-          lut.reports.filter((r) => r.role === "lmHead"),
+          int8.reports.filter(isBody),
+          lut.reports.filter(isHead),
           body,
-          lutHead.reports.filter((r) => r.role === "lmHead"),
+          lutHead.reports.filter(isHead),
         ]
           .map((rs) => meanRel(rs).toExponential(2))
           .join(" / "),
       );
       // coarser codes lose more: fp16 < int8 < LUT6 < LUT4 (per-tensor reconstruction error)
-      expect(meanRel(fp16.reports)).toBeLessThan(meanRel(int8.reports.filter((r) => r.role === "body")));
-      expect(meanRel(lut.reports.filter((r) => r.role === "lmHead"))).toBeLessThan(
-        meanRel(lutHead.reports.filter((r) => r.role === "lmHead")),
-      );
+      expect(meanRel(fp16.reports)).toBeLessThan(meanRel(int8.reports.filter(isBody)));
+      expect(meanRel(lut.reports.filter(isHead))).toBeLessThan(meanRel(lutHead.reports.filter(isHead)));
+      // the policy's finer GDN encodings lose less than uniform LUT4 on those tensors
+      const gdnFine = (rs: WeightEncodingReport[]) =>
+        rs.filter((r) =>
+          ["gdn.in_proj_qkv", "gdn.out_proj", "gdn.in_proj_a", "gdn.in_proj_b"].includes(r.role),
+        );
+      expect(meanRel(gdnFine(policy.reports))).toBeLessThan(meanRel(gdnFine(lut.reports)));
       expect(fp16.kl).toBeLessThan(lut.kl);
     }, 240_000); // k-means of tiny-trained's 6 M body weights, three times
   });

@@ -18,7 +18,7 @@ import {
   GraphWeights,
   MASK_NEG,
   parseWeightQuant,
-  planLmHeadPieces,
+  planPieces,
   repeatInterleaveHeads,
   rmsNormAne,
   ropeTables,
@@ -111,10 +111,15 @@ describe("I/O contract helpers", () => {
     expect(() => decodeMask("io", 4, 4)).toThrow(/outside the context/);
   });
 
-  it("planLmHeadPieces: fewest pieces ≤ maxRows, as even as possible, in whole units", () => {
-    expect(planLmHeadPieces(248320, 16384, 8)).toEqual(
+  it("planPieces: fewest pieces ≤ maxRows, as even as possible, in whole units", () => {
+    expect(planPieces(248320, 16384, 8)).toEqual(
       Array.from({ length: 16 }, (_, i) => ({ rowOffset: i * 15520, rows: 15520 })),
     );
+    // Qwen3.5-27B's MLP channels
+    expect(planPieces(17408, 16384, 8)).toEqual([
+      { rowOffset: 0, rows: 8704 },
+      { rowOffset: 8704, rows: 8704 },
+    ]);
     for (const [V, max, unit] of [
       [1088, 300, 8],
       [1088, 100, 8],
@@ -122,7 +127,7 @@ describe("I/O contract helpers", () => {
       [1001, 300, 8], // unit does not divide V → rows of 1
       [50, 64, 8],
     ]) {
-      const p = planLmHeadPieces(V, max, unit);
+      const p = planPieces(V, max, unit);
       expect(p.reduce((s, x) => s + x.rows, 0)).toBe(V);
       expect(Math.max(...p.map((x) => x.rows))).toBeLessThanOrEqual(max);
       expect(Math.max(...p.map((x) => x.rows)) - Math.min(...p.map((x) => x.rows))).toBeLessThanOrEqual(
@@ -155,6 +160,7 @@ describe("I/O contract helpers", () => {
     for (const s of ["none", "lut4", "lut6,16", "lut8,per-tensor", "int8", "int8,32"])
       expect(formatWeightQuant(parseWeightQuant(s))).toBe(s);
     expect(parseWeightQuant("LUT4")).toEqual({ kind: "lut", bits: 4 });
+    expect(parseWeightQuant("fp16")).toEqual({ kind: "none" });
     for (const bad of ["lut5", "lut4,0", "int4", "q4"]) {
       expect(() => parseWeightQuant(bad, "quant.body")).toThrow(GraphOptionError);
       expect(() => parseWeightQuant(bad, "quant.body")).toThrow(/quant\.body/);
@@ -173,6 +179,8 @@ describe.skipIf(!hasFixture("tiny-gqa"))("buildComponent options and errors (fix
       [{ kind: "superblocks", first: 0, count: 0 }, { ctx: 8 }, "spec.count"],
       [{ kind: "lm_head" }, { ctx: 8, lmHeadMaxRows: 0 }, "lmHeadMaxRows"],
       [{ kind: "embed" }, { ctx: 8, dtype: "bf16" as "fp16" }, "dtype"],
+      [{ kind: "superblocks", first: 0, count: 1 }, { ctx: 8, attention: "flash" as "sdpa" }, "attention"],
+      [{ kind: "superblocks", first: 0, count: 1 }, { ctx: 8, mlpMaxChannels: 0 }, "mlpMaxChannels"],
     ];
     for (const [spec, opts, field] of cases) {
       const err = await buildComponent(ck, spec, opts).catch((e: unknown) => e);
@@ -191,7 +199,7 @@ describe.skipIf(!hasFixture("tiny-gqa"))("buildComponent options and errors (fix
       const reports: WeightEncodingReport[] = [];
       const w = new GraphWeights(b, ck, {
         dtype: "fp32",
-        quant: { embed: quant },
+        quant: { rules: [{ pattern: "embed", quant }] },
         onWeight: (r) => reports.push(r),
         workers: 1,
         chunkElements,
@@ -230,7 +238,7 @@ describe.skipIf(!hasFixture("tiny-gqa"))("buildComponent options and errors (fix
       {
         ctx: 8,
         lmHeadMaxRows: 400,
-        quant: { lmHead: { kind: "lut", bits: 6, groupSize: 16 } },
+        quant: { rules: [{ pattern: "lm_head", quant: { kind: "lut", bits: 6, groupSize: 16 } }] },
         onWeight: (r) => seen.push(r),
         workers: 1,
       },
@@ -239,7 +247,8 @@ describe.skipIf(!hasFixture("tiny-gqa"))("buildComponent options and errors (fix
     expect(seen.map((r) => r.name)).toEqual(pieces.map((_, i) => `lm_head_${i}_weight`));
     for (const [i, r] of seen.entries()) {
       expect(r).toMatchObject({
-        role: "lmHead",
+        tensor: "lm_head",
+        role: "lm_head",
         bits: 6,
         encoding: "lut6,g16",
         shape: [pieces[i].rows, ck.config.hiddenSize, 1, 1],

@@ -1,17 +1,18 @@
 import { parseQwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import { publishedConfigJson } from "@anemll-qwen35/testkit";
 import { describe, expect, it } from "vitest";
+import { DEFAULT_QUANT_RULES } from "../src/graph/quant.js";
 import { formatBytes, planComponents, planWarnings, superBlockBytes } from "../src/plan.js";
 
-const LUT4 = { kind: "lut", bits: 4 } as const;
-const NONE = { kind: "none" } as const;
+const LUT4 = { rules: [{ pattern: "body", quant: { kind: "lut", bits: 4 } }] } as const;
+const NONE = { rules: [] };
 
 const cfg08 = parseQwen35Config(publishedConfigJson("0.8b"));
 const cfg9 = parseQwen35Config(publishedConfigJson("9b"));
 
 describe("planComponents", () => {
   it("puts one super-block per package with fuse 1", () => {
-    const plan = planComponents(cfg08, { fuse: 1, budgetBytes: 1.5e9, body: LUT4, groupSize: 8 });
+    const plan = planComponents(cfg08, { fuse: 1, budgetBytes: 1.5e9, quant: LUT4 });
     expect(plan.map((c) => c.name)).toEqual([
       "embed",
       "sb_00",
@@ -27,7 +28,7 @@ describe("planComponents", () => {
   });
 
   it("fuses the whole 0.8B stack into one package within the budget", () => {
-    const plan = planComponents(cfg08, { fuse: "all", budgetBytes: 1.5e9, body: LUT4, groupSize: 8 });
+    const plan = planComponents(cfg08, { fuse: "all", budgetBytes: 1.5e9, quant: LUT4 });
     expect(plan.map((c) => c.name)).toEqual(["embed", "sb_00-05", "lm_head"]);
     const sb = plan[1];
     if (sb.kind !== "superblocks") throw new Error("expected super-blocks");
@@ -39,19 +40,19 @@ describe("planComponents", () => {
 
   it("lets the budget split a large model, never exceeding it", () => {
     const budget = 1e9;
-    const plan = planComponents(cfg9, { fuse: "all", budgetBytes: budget, body: LUT4, groupSize: 8 });
+    const plan = planComponents(cfg9, { fuse: "all", budgetBytes: budget, quant: LUT4 });
     const sbs = plan.filter((c) => c.kind === "superblocks");
     expect(sbs.length).toBeGreaterThan(1);
     for (const c of sbs) if (c.kind === "superblocks") expect(c.estimatedBytes).toBeLessThanOrEqual(budget);
     const covered = sbs.reduce((n, c) => n + (c.kind === "superblocks" ? c.count : 0), 0);
     expect(covered).toBe(cfg9.superBlocks.length);
     // 9B super-block ≈ 4 layers × ~0.22 B params: fp16 ≈ 1.7 GB, LUT4 ≈ 0.43 GB → two per 1 GB package
-    expect(superBlockBytes(cfg9, 0, NONE, 8)).toBeGreaterThan(1.5e9);
+    expect(superBlockBytes(cfg9, 0, NONE)).toBeGreaterThan(1.5e9);
     expect(sbs.length).toBe(4);
   });
 
   it("keeps an explicit fuse even over the budget, and says so once", () => {
-    const options = { fuse: 4, budgetBytes: 1e9, body: NONE, groupSize: 8 } as const;
+    const options = { fuse: 4, budgetBytes: 1e9, quant: NONE } as const;
     const plan = planComponents(cfg9, options);
     expect(plan.map((c) => c.name)).toEqual(["embed", "sb_00-03", "sb_04-07", "lm_head"]);
     const warnings = planWarnings(plan, options);
@@ -62,10 +63,10 @@ describe("planComponents", () => {
     // the 9B embedding (2.03 GB in fp16) is over the budget too
     expect(warnings).toContainEqual(expect.stringMatching(/embed\.mlpackage is ~2\.03 GB \(unquantized\)/));
     expect(
-      planWarnings(planComponents(cfg08, { ...options, budgetBytes: 1.5e9, body: LUT4 }), {
+      planWarnings(planComponents(cfg08, { ...options, budgetBytes: 1.5e9, quant: LUT4 }), {
         ...options,
         budgetBytes: 1.5e9,
-        body: LUT4,
+        quant: LUT4,
       }),
     ).toEqual([]);
   });
@@ -80,10 +81,20 @@ describe("planComponents", () => {
   });
 
   it("groups fuse N at a time with a shorter last package", () => {
-    const plan = planComponents(cfg08, { fuse: 4, budgetBytes: 1.5e9, body: LUT4, groupSize: 8 });
+    const plan = planComponents(cfg08, { fuse: 4, budgetBytes: 1.5e9, quant: LUT4 });
     expect(plan.map((c) => c.name)).toEqual(["embed", "sb_00-03", "sb_04-05", "lm_head"]);
-    expect(() => planComponents(cfg08, { fuse: 0, budgetBytes: 1, body: LUT4, groupSize: 8 })).toThrow(
-      /--fuse/,
-    );
+    expect(() => planComponents(cfg08, { fuse: 0, budgetBytes: 1, quant: LUT4 })).toThrow(/--fuse/);
+  });
+});
+
+describe("superBlockBytes", () => {
+  it("sizes each tensor as the policy stores it: the default's LUT6 GDN projections and fp16 a/b cost more than uniform LUT4", () => {
+    const uniform = superBlockBytes(cfg08, 0, LUT4);
+    const policy = superBlockBytes(cfg08, 0, { rules: DEFAULT_QUANT_RULES });
+    // per 0.8B GDN layer: in_proj_qkv 6144×1024 and out_proj 1024×2048 at 6 instead of 4 bits
+    // (+2.1 MB), in_proj_a/b 2 × 16×1024 at 16 bits (+48 kB); three GDN layers per super-block
+    const extra = 3 * ((2 * (6144 * 1024 + 1024 * 2048)) / 8 + (2 * 16 * 1024 * 12) / 8);
+    expect(policy - uniform).toBeGreaterThan(extra * 0.98);
+    expect(policy - uniform).toBeLessThan(extra * 1.1);
   });
 });

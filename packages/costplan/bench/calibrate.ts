@@ -1,56 +1,62 @@
 /**
- * Calibration: the cost model's projections beside measured Mac results, and the fit of the two
- * figures the physics leaves free — the per-prediction dispatch overhead (ms) and the fraction of
- * anemll-bench's ANE weight-streaming bandwidth that real graphs attain.
+ * Calibration: the cost model's projections beside measured Mac results, and the fit of the three
+ * figures the physics leaves free — the per-prediction dispatch overhead (ms), the fraction of
+ * anemll-bench's ANE weight-streaming bandwidth that real graphs attain, and the cost of passing a
+ * prediction's inputs and outputs (ms per MB; what makes io KV grow with ctx).
  *
- *   pnpm --filter @anemll-qwen35/costplan calibrate          (≈2 min; --no-9b skips the 9B rows)
+ *   pnpm --filter @anemll-qwen35/costplan calibrate [--packages DIR] [--no-9b]     (≈1–3 min)
  *
- * With the converter's real output, pass it instead of the stand-ins (chain folders or packages):
- *   … calibrate --unfused=DIR --fused-all=DIR --one-sb=PKG --two-sb=PKG
+ * --packages DIR: the converter's packages of the synthetic 0.8B (real shapes; costs do not depend
+ * on weight values), written by `pnpm --filter @anemll-qwen35/converter exec tsx
+ * bench/calibration-packages.ts`: embed, lm_head-lut6, lm_head-lut4, sb1-ctx256, sb1-ctx1024,
+ * sb2-ctx1024, sb6-ctx256 (.mlpackage). Without it: the SHAPE-ACCURATE STAND-INS of
+ * bench/qwen35-standin.ts (their KV and GDN state are Core ML states, so they pass almost no I/O).
  *
- * Measured (Mac mini M4 Pro, Qwen3.5-0.8B, the project's brief):
- *   unfused chain at ctx 1024 ............................ 49.2 tok/s
- *   all super-blocks fused at ctx 256, LUT4 head ........... 66.7 tok/s
- *   one super-block per package .......................... 3.60 ms per super-block
- *   two super-blocks fused in one package ................ 2.11 ms per super-block
- * Reference rows, not fitted (shared/reference/ane-toolchains.md §4.3): 0.8B per-super-block
- * 2.41 ms (ctx 256) / 3.19 ms (ctx 1024); 9B super-block 6.64 ms p50 (Obj-C harness); 9B LUT6
- * lm_head 7.38 ms/token; 9B end-to-end 11.39 tok/s.
+ * Measured (Mac mini M4 Pro, Qwen3.5-0.8B, KV and GDN state as prediction inputs/outputs, LUT4 body;
+ * the project's brief and ane-toolchains.md §4.3):
+ *   unfused chain at ctx 1024 (LUT6 head assumed) ............... 49.2 tok/s
+ *   all super-blocks fused at ctx 256, LUT4 head ................. 66.7 tok/s
+ *   one super-block per package (ctx 1024 assumed) ............... 3.60 ms per super-block
+ *   two super-blocks fused in one package (ctx 1024 assumed) ..... 2.11 ms per super-block
+ *   one super-block at ctx 256 (one per package assumed) ......... 2.41 ms
+ *   one super-block at ctx 1024 — HELD OUT: predicted by the fit on the five above, never fitted . 3.19 ms
+ * Not fitted (9B stand-ins; a different Obj-C harness): 9B super-block 6.64 ms p50, 9B LUT6 lm_head
+ * 7.38 ms, 9B end-to-end 11.39 tok/s.
  *
- * The programs are SHAPE-ACCURATE STAND-INS (bench/qwen35-standin.ts), not the converter's output.
- * Fit: least squares of ln(predicted / measured) over the four measurements, grid search then a
- * finer grid, the fraction kept in (0, 1]; each measurement is also predicted from a fit on the
- * other three (leave-one-out).
+ * Fit: least squares of ln(predicted / measured) over the fitted rows, grid search then a finer
+ * grid, the fraction kept in (0, 1]. Also: each fitted row predicted from a fit on the other four
+ * (leave-one-out), and the two-figure model without the I/O term on the same rows, for comparison.
+ * Writes bench/results/calibration.json; copy `fitted` into src/calibration.ts (a test compares).
  */
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { MlModel } from "@anemll-qwen35/ir/mil";
+import { type MlModel, readMlPackage } from "@anemll-qwen35/ir/mil";
 import {
   CHIPS,
   type ChainInput,
   type CostReport,
   costplan,
   DEFAULT_RUNTIME,
-  type Figure,
   opTime,
   type RuntimeFigures,
   retime,
 } from "../src/index.js";
-import {
-  buildLmHead,
-  buildStandInChain,
-  buildSuperBlocks,
-  QWEN35_9B,
-  QWEN35_08B,
-  type StandInChainOptions,
-  type StandInConfig,
-} from "./qwen35-standin.js";
+import { buildLmHead, buildStandInChain, buildSuperBlocks, QWEN35_9B, QWEN35_08B } from "./qwen35-standin.js";
 
 const chip = CHIPS["m4-pro"];
 const here = dirname(fileURLToPath(import.meta.url));
+const argValue = (name: string) => {
+  const i = process.argv.indexOf(name);
+  return i > 0
+    ? process.argv[i + 1]
+    : process.argv.find((a) => a.startsWith(`${name}=`))?.slice(name.length + 1);
+};
+const packagesDir = argValue("--packages");
+const with9b = !process.argv.includes("--no-9b");
 
 type Metric = "msPerToken" | "packageMs" | "packageMsPerSuperBlock";
+type Program = ChainInput | MlModel;
 
 interface Scenario {
   readonly id: string;
@@ -61,24 +67,35 @@ interface Scenario {
   /** Super-blocks in the package (packageMsPerSuperBlock). */
   readonly perSuperBlock?: number;
   readonly assumption: string;
-  readonly fit: boolean;
-  readonly build: () => ChainInput | MlModel | string;
+  /** "fit": in the fit; "held-out": predicted by the fit, never in it; "reference": not fitted (9B). */
+  readonly role: "fit" | "held-out" | "reference";
+  readonly build: () => Promise<Program>;
   report?: CostReport;
 }
 
-const chain = (cfg: StandInConfig, o: StandInChainOptions) => () => buildStandInChain(cfg, o);
-const sbPackage = (cfg: StandInConfig, n: number, ctx: number) => () => buildSuperBlocks(cfg, 0, n, ctx);
-
-const with9b = !process.argv.includes("--no-9b");
-
-/** `--unfused=DIR` etc.: cost the converter's real output instead of a stand-in. */
-function real(flag: string): string | undefined {
-  return process.argv.find((a) => a.startsWith(`--${flag}=`))?.slice(flag.length + 3);
-}
-const realOr = (flag: string, standIn: () => ChainInput | MlModel) => {
-  const path = real(flag);
-  return path ? () => path : standIn;
+/** The converter's packages (read once each) or the stand-ins. */
+const loaded = new Map<string, Promise<MlModel>>();
+const pkg = (file: string) => {
+  if (!packagesDir) throw new Error("unreachable");
+  const path = join(packagesDir, `${file}.mlpackage`);
+  if (!loaded.has(path)) loaded.set(path, readMlPackage(path));
+  return loaded.get(path) as Promise<MlModel>;
 };
+/** embed → 6/sbCount copies of one super-block package → lm_head (identical packages cost the same). */
+async function chain08(sb: string, sbCount: number, head: 4 | 6, name: string): Promise<ChainInput> {
+  const model = await pkg(sb);
+  return {
+    name,
+    components: [
+      { name: "embed", model: await pkg("embed") },
+      ...Array.from({ length: 6 / sbCount }, (_, i) => ({ name: `sb${i}`, model })),
+      { name: "lm_head", model: await pkg(`lm_head-lut${head}`) },
+    ],
+  };
+}
+/** A 0.8B program: the converter's packages with --packages, else the stand-in. */
+const real08 = (file: () => Promise<Program>, standIn: () => Program) =>
+  packagesDir ? file : async () => standIn();
 
 const SCENARIOS: Scenario[] = [
   {
@@ -88,8 +105,11 @@ const SCENARIOS: Scenario[] = [
     unit: "tok/s",
     metric: "msPerToken",
     assumption: "lm_head LUT6 split 16 (ANEMLL's default head; not stated with the measurement)",
-    fit: true,
-    build: realOr("unfused", chain(QWEN35_08B, { fuse: 1, ctx: 1024, headBits: 6 })),
+    role: "fit",
+    build: real08(
+      () => chain08("sb1-ctx1024", 1, 6, "0.8b unfused ctx1024"),
+      () => buildStandInChain(QWEN35_08B, { fuse: 1, ctx: 1024, headBits: 6 }),
+    ),
   },
   {
     id: "fused-all-ctx256-lut4",
@@ -98,8 +118,11 @@ const SCENARIOS: Scenario[] = [
     unit: "tok/s",
     metric: "msPerToken",
     assumption: "one package holds all 24 layers",
-    fit: true,
-    build: realOr("fused-all", chain(QWEN35_08B, { fuse: 6, ctx: 256, headBits: 4 })),
+    role: "fit",
+    build: real08(
+      () => chain08("sb6-ctx256", 6, 4, "0.8b fused ctx256"),
+      () => buildStandInChain(QWEN35_08B, { fuse: 6, ctx: 256, headBits: 4 }),
+    ),
   },
   {
     id: "one-sb-package",
@@ -109,8 +132,11 @@ const SCENARIOS: Scenario[] = [
     metric: "packageMsPerSuperBlock",
     perSuperBlock: 1,
     assumption: "ctx 1024 (not stated with the measurement)",
-    fit: true,
-    build: realOr("one-sb", sbPackage(QWEN35_08B, 1, 1024)),
+    role: "fit",
+    build: real08(
+      () => pkg("sb1-ctx1024"),
+      () => buildSuperBlocks(QWEN35_08B, 0, 1, 1024),
+    ),
   },
   {
     id: "two-sb-package",
@@ -120,30 +146,39 @@ const SCENARIOS: Scenario[] = [
     metric: "packageMsPerSuperBlock",
     perSuperBlock: 2,
     assumption: "ctx 1024 (not stated with the measurement)",
-    fit: true,
-    build: realOr("two-sb", sbPackage(QWEN35_08B, 2, 1024)),
+    role: "fit",
+    build: real08(
+      () => pkg("sb2-ctx1024"),
+      () => buildSuperBlocks(QWEN35_08B, 0, 2, 1024),
+    ),
   },
   {
-    id: "ref-sb-ctx256",
-    what: "reference: 0.8B per-SB latency at ctx 256 (ane-toolchains.md §4.3)",
+    id: "sb-ctx256",
+    what: "0.8B per-SB latency at ctx 256 (ane-toolchains.md §4.3)",
     measured: 2.41,
     unit: "ms",
     metric: "packageMsPerSuperBlock",
     perSuperBlock: 1,
     assumption: "one SB per package; third-party quote of notes/small_model_0_8b.md",
-    fit: false,
-    build: sbPackage(QWEN35_08B, 1, 256),
+    role: "fit",
+    build: real08(
+      () => pkg("sb1-ctx256"),
+      () => buildSuperBlocks(QWEN35_08B, 0, 1, 256),
+    ),
   },
   {
-    id: "ref-sb-ctx1024",
-    what: "reference: 0.8B per-SB latency at ctx 1024 (ane-toolchains.md §4.3)",
+    id: "sb-ctx1024",
+    what: "0.8B per-SB latency at ctx 1024 (ane-toolchains.md §4.3) — held out",
     measured: 3.19,
     unit: "ms",
     metric: "packageMsPerSuperBlock",
     perSuperBlock: 1,
     assumption: "one SB per package; third-party quote of notes/small_model_0_8b.md",
-    fit: false,
-    build: sbPackage(QWEN35_08B, 1, 1024),
+    role: "held-out",
+    build: real08(
+      () => pkg("sb1-ctx1024"),
+      () => buildSuperBlocks(QWEN35_08B, 0, 1, 1024),
+    ),
   },
   ...(with9b
     ? ([
@@ -153,9 +188,9 @@ const SCENARIOS: Scenario[] = [
           measured: 6.64,
           unit: "ms",
           metric: "packageMs",
-          assumption: "ctx 1024 assumed; a different (Obj-C) harness than the 0.8B numbers",
-          fit: false,
-          build: sbPackage(QWEN35_9B, 1, 1024),
+          assumption: "stand-in, ctx 1024 assumed; a different (Obj-C) harness than the 0.8B numbers",
+          role: "reference",
+          build: async () => buildSuperBlocks(QWEN35_9B, 0, 1, 1024),
         },
         {
           id: "ref-9b-head",
@@ -163,9 +198,9 @@ const SCENARIOS: Scenario[] = [
           measured: 7.38,
           unit: "ms",
           metric: "packageMs",
-          assumption: "one package, 16 outputs",
-          fit: false,
-          build: () => buildLmHead(QWEN35_9B, 6),
+          assumption: "stand-in; one package, 16 outputs",
+          role: "reference",
+          build: async () => buildLmHead(QWEN35_9B, 6),
         },
         {
           id: "ref-9b-chain",
@@ -173,22 +208,17 @@ const SCENARIOS: Scenario[] = [
           measured: 11.39,
           unit: "tok/s",
           metric: "msPerToken",
-          assumption: "8 × 1-SB packages, ctx 1024, LUT6 head; Python harness",
-          fit: false,
-          build: chain(QWEN35_9B, { fuse: 1, ctx: 1024, headBits: 6 }),
+          assumption: "stand-in: 8 × 1-SB packages, ctx 1024, LUT6 head; Python harness",
+          role: "reference",
+          build: async () => buildStandInChain(QWEN35_9B, { fuse: 1, ctx: 1024, headBits: 6 }),
         },
       ] satisfies Scenario[])
     : []),
 ];
 
 /** The measured value in ms (tok/s → ms per token). */
-function measuredMs(s: Scenario): number {
-  return s.unit === "tok/s" ? 1000 / s.measured : s.measured;
-}
-
-function toUnit(s: Scenario, ms: number): number {
-  return s.unit === "tok/s" ? 1000 / ms : ms;
-}
+const measuredMs = (s: Scenario) => (s.unit === "tok/s" ? 1000 / s.measured : s.measured);
+const toUnit = (s: Scenario, ms: number) => (s.unit === "tok/s" ? 1000 / ms : ms);
 
 /** The scenario's metric from a report, in ms. */
 function reportMs(s: Scenario, r: CostReport): number {
@@ -198,12 +228,13 @@ function reportMs(s: Scenario, r: CostReport): number {
 }
 
 /**
- * The same roofline, reduced per scenario to what the fitted figures touch:
- * T(d, f, o) = fixed + predictions·d + aneOps·o + Σ_ANE max(FLOPs/peak, bytes/(bw·f)), per SB if asked.
+ * The same model, reduced per scenario to what the fitted figures touch:
+ * T(d, f, k) = fixed + predictions·d + Σ_ANE max(FLOPs/peak, bytes/(bw·f)) + ioMB·k, per SB if asked.
  */
 interface Evaluator {
   readonly predictions: number;
   readonly fixedMs: number;
+  readonly ioMB: number;
   readonly aneOps: { readonly flops: number; readonly bytes: number }[];
   readonly divisor: number;
   readonly aneByFraction: Map<number, number>;
@@ -211,10 +242,12 @@ interface Evaluator {
 
 function evaluator(s: Scenario, r: CostReport): Evaluator {
   let fixedMs = 0;
+  let ioMB = 0;
   const aneOps: { flops: number; bytes: number }[] = [];
   for (const p of r.packages) {
     const f = p.functions.find((x) => x.name === p.decodeFunction) ?? p.functions[0];
     fixedMs += f.summary.switchMs;
+    ioMB += f.io ? (f.io.inputBytes + f.io.outputBytes) / 1e6 : 0;
     for (const op of f.ops) {
       if (op.device === "load") continue;
       const bytes =
@@ -229,204 +262,177 @@ function evaluator(s: Scenario, r: CostReport): Evaluator {
     }
   }
   const divisor = s.metric === "packageMsPerSuperBlock" ? (s.perSuperBlock ?? 1) : 1;
-  return { predictions: r.packages.length, fixedMs, aneOps, divisor, aneByFraction: new Map() };
-}
-
-function runtimeOf(
-  dispatch: number,
-  fraction: number,
-  opUs = 0,
-  kind: Figure["kind"] = "fitted",
-): RuntimeFigures {
-  return {
-    dispatchMs: { value: dispatch, kind, source: "bench/calibrate.ts" },
-    bandwidthFraction: { value: fraction, kind, source: "bench/calibrate.ts" },
-    switchMs: DEFAULT_RUNTIME.switchMs,
-    aneOpMs:
-      opUs === 0
-        ? DEFAULT_RUNTIME.aneOpMs
-        : { value: opUs / 1000, kind, source: "bench/calibrate.ts (exploratory)" },
-  };
-}
-
-function predictMs(e: Evaluator, dispatch: number, fraction: number, opUs = 0): number {
-  let ane = e.aneByFraction.get(fraction);
-  if (ane === undefined) {
-    const rt = runtimeOf(0, fraction);
-    ane = 0;
-    for (const op of e.aneOps) ane += opTime("ANE", op.flops, op.bytes, chip, rt).ms;
-    e.aneByFraction.set(fraction, ane);
-  }
-  return (e.fixedMs + e.predictions * dispatch + (e.aneOps.length * opUs) / 1000 + ane) / e.divisor;
+  return { predictions: r.packages.length, fixedMs, ioMB, aneOps, divisor, aneByFraction: new Map() };
 }
 
 interface Fit {
   readonly dispatchMs: number;
   readonly fraction: number;
-  /** Per-op ANE overhead in µs (exploratory fit only; 0 otherwise). */
-  readonly opUs: number;
+  readonly ioMsPerMB: number;
   readonly loss: number;
 }
 
-/** Grid search, then a finer grid around the best point. `withOp` adds the per-op overhead. */
-function fit(items: readonly { e: Evaluator; ms: number }[], withOp = false): Fit {
-  const loss = (d: number, f: number, o: number) =>
-    items.reduce((s, it) => s + Math.log(predictMs(it.e, d, f, o) / it.ms) ** 2, 0);
-  let best: Fit = { dispatchMs: 0, fraction: 1, opUs: 0, loss: Number.POSITIVE_INFINITY };
-  const steps = (a: number, b: number, st: number) => {
-    const out: number[] = [];
-    for (let i = 0; a + i * st <= b + 1e-9; i++) out.push(round(a + i * st, 6));
-    return out;
+function runtimeOf(f: Omit<Fit, "loss">): RuntimeFigures {
+  const src = "bench/calibrate.ts";
+  return {
+    dispatchMs: { value: f.dispatchMs, kind: "fitted", source: src },
+    bandwidthFraction: { value: f.fraction, kind: "fitted", source: src },
+    switchMs: DEFAULT_RUNTIME.switchMs,
+    aneOpMs: DEFAULT_RUNTIME.aneOpMs,
+    ioMsPerMB: { value: f.ioMsPerMB, kind: "fitted", source: src },
   };
-  const search = (ds: number[], fs: number[], os: number[]) => {
-    for (const f of fs)
-      for (const d of ds)
-        for (const o of os) {
-          const l = loss(d, f, o);
-          if (l < best.loss) best = { dispatchMs: d, fraction: f, opUs: o, loss: l };
+}
+
+function predictMs(e: Evaluator, f: Omit<Fit, "loss">): number {
+  let ane = e.aneByFraction.get(f.fraction);
+  if (ane === undefined) {
+    const rt = runtimeOf({ ...f, dispatchMs: 0 });
+    ane = 0;
+    for (const op of e.aneOps) ane += opTime("ANE", op.flops, op.bytes, chip, rt).ms;
+    e.aneByFraction.set(f.fraction, ane);
+  }
+  return (e.fixedMs + e.predictions * f.dispatchMs + ane + e.ioMB * f.ioMsPerMB) / e.divisor;
+}
+
+const round = (x: number, digits: number) => Math.round(x * 10 ** digits) / 10 ** digits;
+const steps = (a: number, b: number, st: number) => {
+  const out: number[] = [];
+  for (let i = 0; a + i * st <= b + 1e-9; i++) out.push(round(a + i * st, 6));
+  return out;
+};
+
+/** Grid search, then a finer grid around the best point; `withIo` false pins the I/O term at 0. */
+function fit(items: readonly { e: Evaluator; ms: number }[], withIo = true): Fit {
+  const loss = (g: Omit<Fit, "loss">) =>
+    items.reduce((s, it) => s + Math.log(predictMs(it.e, g) / it.ms) ** 2, 0);
+  let best: Fit = { dispatchMs: 0, fraction: 1, ioMsPerMB: 0, loss: Number.POSITIVE_INFINITY };
+  const search = (ds: number[], fs: number[], ks: number[]) => {
+    for (const fraction of fs)
+      for (const dispatchMs of ds)
+        for (const ioMsPerMB of ks) {
+          const l = loss({ dispatchMs, fraction, ioMsPerMB });
+          if (l < best.loss) best = { dispatchMs, fraction, ioMsPerMB, loss: l };
         }
   };
   // the fraction is physical only in (0, 1]: no graph streams faster than anemll-bench's lm_head
-  search(steps(0, 6, 0.05), steps(0.1, 1, 0.025), withOp ? steps(0, 10, 0.25) : [0]);
+  search(steps(0, 6, 0.05), steps(0.1, 1, 0.025), withIo ? steps(0, 2, 0.02) : [0]);
   const c = best;
   search(
     steps(Math.max(0, c.dispatchMs - 0.05), c.dispatchMs + 0.05, 0.0025),
     steps(Math.max(0.01, c.fraction - 0.025), Math.min(1, c.fraction + 0.025), 0.0025),
-    withOp ? steps(Math.max(0, c.opUs - 0.25), c.opUs + 0.25, 0.0125) : [0],
+    withIo ? steps(Math.max(0, c.ioMsPerMB - 0.02), c.ioMsPerMB + 0.02, 0.001) : [0],
   );
   return {
     ...best,
     dispatchMs: round(best.dispatchMs, 4),
     fraction: round(best.fraction, 4),
-    opUs: round(best.opUs, 4),
+    ioMsPerMB: round(best.ioMsPerMB, 4),
   };
 }
 
-function round(x: number, digits: number): number {
-  const p = 10 ** digits;
-  return Math.round(x * p) / p;
-}
-
-function pct(pred: number, meas: number): string {
-  const e = (pred - meas) / meas;
-  return `${e >= 0 ? "+" : ""}${(e * 100).toFixed(1)}%`;
-}
+const errOf = (pred: number, meas: number) => (pred - meas) / meas;
+const pct = (e: number) => `${e >= 0 ? "+" : ""}${(e * 100).toFixed(1)}%`;
 
 async function main(): Promise<void> {
   const t0 = performance.now();
   console.log("costplan calibration — Mac mini M4 Pro measurements vs the static model");
-  const realFlags = ["unfused", "fused-all", "one-sb", "two-sb"].filter((f) => real(f));
   console.log(
-    realFlags.length
-      ? `programs: the converter's output for --${realFlags.join(", --")}; shape-accurate stand-ins (bench/qwen35-standin.ts) for the rest\n`
+    packagesDir
+      ? `programs: the converter's packages in ${packagesDir} (0.8B); stand-ins for the 9B rows\n`
       : "programs: SHAPE-ACCURATE STAND-INS built with MilBuilder (bench/qwen35-standin.ts), not converter output\n",
   );
   for (const s of SCENARIOS) {
     const t = performance.now();
-    const target = s.build();
-    s.report = await costplan(target, { chip: "m4-pro", calibration: "none", native: "off" });
-    const from = typeof target === "string" ? ` (${target})` : "";
-    console.log(`  built + analysed ${s.id} in ${((performance.now() - t) / 1000).toFixed(1)} s${from}`);
+    s.report = await costplan(await s.build(), { chip: "m4-pro", calibration: "none", native: "off" });
+    console.log(`  built + analysed ${s.id} in ${((performance.now() - t) / 1000).toFixed(1)} s`);
   }
   const evals = new Map(SCENARIOS.map((s) => [s.id, evaluator(s, s.report as CostReport)]));
-  const fitted = SCENARIOS.filter((s) => s.fit);
-  const all = fit(fitted.map((s) => ({ e: evals.get(s.id) as Evaluator, ms: measuredMs(s) })));
+  const item = (s: Scenario) => ({ e: evals.get(s.id) as Evaluator, ms: measuredMs(s) });
+  const fitted = SCENARIOS.filter((s) => s.role === "fit");
+  const heldOut = SCENARIOS.filter((s) => s.role === "held-out");
+  const all = fit(fitted.map(item));
+  const two = fit(fitted.map(item), false);
   const loo = new Map(
     fitted.map((s) => {
-      const f = fit(
-        fitted.filter((o) => o !== s).map((o) => ({ e: evals.get(o.id) as Evaluator, ms: measuredMs(o) })),
-      );
-      return [s.id, { fit: f, predMs: predictMs(evals.get(s.id) as Evaluator, f.dispatchMs, f.fraction) }];
+      const f = fit(fitted.filter((o) => o !== s).map(item));
+      return [s.id, { fit: f, predMs: predictMs(evals.get(s.id) as Evaluator, f) }];
     }),
   );
-  const sub = (ids: string[]) =>
-    fit(
-      fitted
-        .filter((s) => ids.includes(s.id))
-        .map((s) => ({ e: evals.get(s.id) as Evaluator, ms: measuredMs(s) })),
-    );
-  const chainOnly = sub(["unfused-ctx1024", "fused-all-ctx256-lut4"]);
-  const pairOnly = sub(["one-sb-package", "two-sb-package"]);
-  const explore = fit(
-    fitted.map((s) => ({ e: evals.get(s.id) as Evaluator, ms: measuredMs(s) })),
-    true,
-  );
-  const physics = DEFAULT_RUNTIME;
   const rows = SCENARIOS.map((s) => {
     const r = s.report as CostReport;
-    const physicsMs = reportMs(s, r);
-    const fittedMs = reportMs(s, retime(r, { runtime: runtimeOf(all.dispatchMs, all.fraction) }));
+    const e = evals.get(s.id) as Evaluator;
+    const physics = toUnit(s, reportMs(s, r));
+    const calibrated = toUnit(s, reportMs(s, retime(r, { runtime: runtimeOf(all) })));
+    const twoFigure = toUnit(s, predictMs(e, two));
     const looMs = loo.get(s.id)?.predMs;
-    const exploreMs = predictMs(
-      evals.get(s.id) as Evaluator,
-      explore.dispatchMs,
-      explore.fraction,
-      explore.opUs,
-    );
     return {
       id: s.id,
       what: s.what,
-      fitted: s.fit,
+      role: s.role,
       unit: s.unit,
       measured: s.measured,
-      physicsOnly: round(toUnit(s, physicsMs), 3),
-      physicsError: pct(toUnit(s, physicsMs), s.measured),
-      calibrated: round(toUnit(s, fittedMs), 3),
-      calibratedError: pct(toUnit(s, fittedMs), s.measured),
+      physicsOnly: round(physics, 3),
+      physicsError: round(errOf(physics, s.measured), 4),
+      calibrated: round(calibrated, 3),
+      calibratedError: round(errOf(calibrated, s.measured), 4),
       leaveOneOut: looMs === undefined ? undefined : round(toUnit(s, looMs), 3),
-      leaveOneOutError: looMs === undefined ? undefined : pct(toUnit(s, looMs), s.measured),
-      exploratory3: round(toUnit(s, exploreMs), 3),
-      exploratory3Error: pct(toUnit(s, exploreMs), s.measured),
+      leaveOneOutError: looMs === undefined ? undefined : round(errOf(toUnit(s, looMs), s.measured), 4),
+      twoFigure: round(twoFigure, 3),
+      twoFigureError: round(errOf(twoFigure, s.measured), 4),
+      ioMBPerCall: round(e.ioMB, 3),
       assumption: s.assumption,
       weightBytesReadPerCall: r.totals.bytesRead.weights,
       predictions: r.packages.length,
     };
   });
 
+  const rms = (l: number) => Math.sqrt(l / fitted.length).toFixed(3);
   console.log(
-    `\nFitted on the 4 measurements: dispatch overhead ${all.dispatchMs} ms per prediction, ANE bandwidth fraction ${all.fraction} ` +
-      `(= ${(chip.aneGBps.value * all.fraction).toFixed(1)} GB/s of the ${chip.aneGBps.value} GB/s anemll-bench figure); ` +
-      `RMS log error ${Math.sqrt(all.loss / fitted.length).toFixed(3)}`,
+    `\nFitted on ${fitted.length} measurements: dispatch ${all.dispatchMs} ms per prediction, ANE bandwidth fraction ${all.fraction} ` +
+      `(= ${(chip.aneGBps.value * all.fraction).toFixed(1)} GB/s of ${chip.aneGBps.value}), inputs/outputs ${all.ioMsPerMB} ms per MB ` +
+      `(= ${(1 / Math.max(all.ioMsPerMB, 1e-9)).toFixed(2)} GB/s); RMS log error ${rms(all.loss)}`,
   );
   console.log(
-    `Physics only: dispatch ${physics.dispatchMs.value} ms (${physics.dispatchMs.kind}), fraction ${physics.bandwidthFraction.value} (${physics.bandwidthFraction.kind})\n`,
+    `Without the I/O term (2 figures, same rows): dispatch ${two.dispatchMs} ms, fraction ${two.fraction}; RMS log error ${rms(two.loss)}`,
   );
-  console.log(
-    `Subset fits (to show what each pair of numbers asks for): chain numbers only → dispatch ${chainOnly.dispatchMs} ms, fraction ${chainOnly.fraction}; ` +
-      `1-SB/2-SB pair only → dispatch ${pairOnly.dispatchMs} ms, fraction ${pairOnly.fraction}`,
-  );
-  console.log(
-    `Exploratory 3-figure fit (NOT applied; adds a fixed cost per ANE op): dispatch ${explore.dispatchMs} ms, fraction ${explore.fraction}, ` +
-      `${explore.opUs} µs per ANE op; RMS log error ${Math.sqrt(explore.loss / fitted.length).toFixed(3)}\n`,
-  );
+  for (const s of heldOut) {
+    const row = rows.find((r) => r.id === s.id);
+    console.log(
+      `Held out ${s.id}: measured ${s.measured} ${s.unit}, predicted ${row?.calibrated} (${pct(row?.calibratedError ?? 0)}); without the I/O term ${row?.twoFigure} (${pct(row?.twoFigureError ?? 0)})`,
+    );
+  }
   const header = [
     "scenario",
+    "role",
     "measured",
-    "physics-only",
+    "physics",
     "err",
     "calibrated",
     "err",
     "leave-one-out",
     "err",
-    "3-figure",
+    "no I/O term",
     "err",
+    "I/O MB",
   ];
   const body = rows.map((r) => [
-    `${r.fitted ? "" : "(ref) "}${r.id}`,
+    r.id,
+    r.role,
     `${r.measured} ${r.unit}`,
-    `${r.physicsOnly.toFixed(2)}`,
-    r.physicsError,
-    `${r.calibrated.toFixed(2)}`,
-    r.calibratedError,
+    r.physicsOnly.toFixed(2),
+    pct(r.physicsError),
+    r.calibrated.toFixed(2),
+    pct(r.calibratedError),
     r.leaveOneOut === undefined ? "—" : r.leaveOneOut.toFixed(2),
-    r.leaveOneOutError ?? "—",
-    r.exploratory3.toFixed(2),
-    r.exploratory3Error,
+    r.leaveOneOutError === undefined ? "—" : pct(r.leaveOneOutError),
+    r.twoFigure.toFixed(2),
+    pct(r.twoFigureError),
+    r.ioMBPerCall.toFixed(2),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i].length)));
   const line = (c: string[]) =>
-    c.map((x, i) => (i === 0 ? x.padEnd(widths[i]) : x.padStart(widths[i]))).join("  ");
-  console.log(line(header));
+    c.map((x, i) => (i < 2 ? x.padEnd(widths[i]) : x.padStart(widths[i]))).join("  ");
+  console.log(`\n${line(header)}`);
   for (const b of body) console.log(line(b));
   console.log("\nAssumptions per row:");
   for (const r of rows) console.log(`  ${r.id}: ${r.what} — ${r.assumption}`);
@@ -434,32 +440,30 @@ async function main(): Promise<void> {
   const out = {
     tool: "@anemll-qwen35/costplan bench/calibrate.ts",
     chip: chip.id,
-    programs: Object.fromEntries(
-      ["unfused", "fused-all", "one-sb", "two-sb"].map((f) => [
-        f,
-        real(f) ?? "shape-accurate stand-in (bench/qwen35-standin.ts)",
-      ]),
-    ),
+    programs: packagesDir ?? "shape-accurate stand-ins (bench/qwen35-standin.ts)",
     fittedTo: fitted.map((s) => `${s.id}: ${s.measured} ${s.unit}`),
+    heldOut: heldOut.map((s) => `${s.id}: ${s.measured} ${s.unit}`),
     fitted: {
       dispatchMs: all.dispatchMs,
       bandwidthFraction: all.fraction,
+      ioMsPerMB: all.ioMsPerMB,
       rmsLogError: round(Math.sqrt(all.loss / fitted.length), 4),
     },
-    leaveOneOut: Object.fromEntries(
-      [...loo].map(([id, v]) => [id, { dispatchMs: v.fit.dispatchMs, bandwidthFraction: v.fit.fraction }]),
-    ),
-    physicsOnly: { dispatchMs: physics.dispatchMs.value, bandwidthFraction: physics.bandwidthFraction.value },
-    subsetFits: {
-      chainOnly: { dispatchMs: chainOnly.dispatchMs, bandwidthFraction: chainOnly.fraction },
-      pairOnly: { dispatchMs: pairOnly.dispatchMs, bandwidthFraction: pairOnly.fraction },
+    withoutIoTerm: {
+      dispatchMs: two.dispatchMs,
+      bandwidthFraction: two.fraction,
+      rmsLogError: round(Math.sqrt(two.loss / fitted.length), 4),
     },
-    exploratory3: {
-      applied: false,
-      dispatchMs: explore.dispatchMs,
-      bandwidthFraction: explore.fraction,
-      aneOpUs: explore.opUs,
-      rmsLogError: round(Math.sqrt(explore.loss / fitted.length), 4),
+    leaveOneOut: Object.fromEntries(
+      [...loo].map(([id, v]) => [
+        id,
+        { dispatchMs: v.fit.dispatchMs, bandwidthFraction: v.fit.fraction, ioMsPerMB: v.fit.ioMsPerMB },
+      ]),
+    ),
+    physicsOnly: {
+      dispatchMs: DEFAULT_RUNTIME.dispatchMs.value,
+      bandwidthFraction: DEFAULT_RUNTIME.bandwidthFraction.value,
+      ioMsPerMB: DEFAULT_RUNTIME.ioMsPerMB.value,
     },
     rows,
     seconds: round((performance.now() - t0) / 1000, 1),

@@ -16,10 +16,11 @@ import {
   constWeight,
   type Operand,
   operandsOf,
+  tensorBytes,
   type VarInfo,
   type WeightInfo,
 } from "./operands.js";
-import { type ComputeUnits, placeOp } from "./placement.js";
+import { type ComputeUnits, placeOp, type RuleContext } from "./placement.js";
 import type { OpEntry } from "./report.js";
 
 export interface AnalyzedFunction {
@@ -31,6 +32,8 @@ export interface AnalyzedFunction {
   /** Stored weight pieces this function reads at run time, by key (deduplicated). */
   readonly weightBlobs: ReadonlyMap<string, number>;
   readonly weightBytesDense: number;
+  /** Bytes of the function's inputs and outputs, states excluded. */
+  readonly io: { readonly inputBytes: number; readonly outputBytes: number };
 }
 
 export interface AnalyzedModel {
@@ -65,14 +68,17 @@ function outputInfo(
   const type = r.op.type;
   if (type === "const") return [{ type: r.outputs[0], weight: constWeight(r.op.value!, r.op.name) }];
   if (r.def.constexpr) return [{ type: r.outputs[0], weight: constexprWeight(r, env) }];
-  if (type === "read_state") return [{ type: r.outputs[0], fromState: true }];
+  if (type === "read_state") {
+    const handle = operands.find((o) => o.role === "state-handle");
+    return [{ type: r.outputs[0], fromState: true, state: handle?.varName }];
+  }
   const x = operands.find((o) => o.param === "x");
   if (type === "slice_update" && x?.role === "state") {
     const upd = operands.find((o) => o.param === "update");
-    return [{ type: r.outputs[0], fromState: true, inPlaceBytes: upd?.bytes }];
+    return [{ type: r.outputs[0], fromState: true, inPlaceBytes: upd?.bytes, state: x.state }];
   }
   if (STATE_PASSTHROUGH.has(type) && x?.role === "state")
-    return r.outputs.map((t) => ({ type: t, fromState: true }));
+    return r.outputs.map((t) => ({ type: t, fromState: true, state: x.state }));
   return r.outputs.map((t) => ({ type: t }));
 }
 
@@ -98,9 +104,24 @@ export function analyzeFunction(fn: MilFunction, name: string, units: ComputeUni
     walked.push({ r, operands });
   }
   const functionWeightBytes = [...blobs.values()].reduce((s, b) => s + b, 0);
+  // slice_updates per state (a placement rule looks at how many one state takes)
+  const stateUpdates = new Map<string, number>();
+  for (const { r, operands } of walked) {
+    const x = operands.find((o) => o.param === "x");
+    if (r.op.type === "slice_update" && x?.state)
+      stateUpdates.set(x.state, (stateUpdates.get(x.state) ?? 0) + 1);
+  }
   const ops = walked.map(({ r, operands }, index) =>
-    entryOf(r, operands, index, env, functionWeightBytes, units),
+    entryOf(r, operands, index, env, { functionWeightBytes, stateUpdates }, units),
   );
+  const bytesOf = (names: Iterable<string>) => {
+    let n = 0;
+    for (const v of names) {
+      const t = env.get(v)?.type;
+      if (t) n += tensorBytes(t);
+    }
+    return n;
+  };
   return {
     name,
     opset: fn.opset,
@@ -108,6 +129,10 @@ export function analyzeFunction(fn: MilFunction, name: string, units: ComputeUni
     outputNames: resolved.map((r) => r.op.outputs.map((o) => o.name)),
     weightBlobs: blobs,
     weightBytesDense: [...denseSeen.values()].reduce((s, b) => s + b, 0),
+    io: {
+      inputBytes: bytesOf(fn.inputs.filter((i) => i.type.kind === "tensor").map((i) => i.name)),
+      outputBytes: bytesOf(fn.block.outputs),
+    },
   };
 }
 
@@ -127,11 +152,11 @@ function entryOf(
   operands: readonly Operand[],
   index: number,
   env: ReadonlyMap<string, VarInfo>,
-  functionWeightBytes: number,
+  fn: Pick<RuleContext, "functionWeightBytes" | "stateUpdates">,
   units: ComputeUnits,
 ): OpEntry {
   const base = { index, name: r.op.name, type: r.op.type, estimatedMs: 0, bound: "none" as const };
-  const placement = placeOp({ r, operands, functionWeightBytes }, units);
+  const placement = placeOp({ r, operands, ...fn }, units);
   if (placement.device === "load") {
     const w = env.get(r.op.outputs[0]?.name ?? "")?.weight;
     return {

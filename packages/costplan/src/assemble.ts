@@ -76,6 +76,7 @@ export function buildReport(input: BuildInput): CostReport {
       (f): FunctionPlan => ({
         name: f.name,
         opset: f.opset,
+        io: f.io,
         ops: f.ops,
         summary: emptySummary(
           [...f.weightBlobs.values()].reduce((s, b) => s + b, 0),
@@ -225,8 +226,11 @@ export function applyTiming(report: CostReport): CostReport {
       f.summary = summarize(f, f.interruptions.estimatedSwitchMs);
     }
     const decode = pkg.functions.find((f) => f.name === pkg.decodeFunction) ?? pkg.functions[0];
+    const ioBytes = decode?.io ? decode.io.inputBytes + decode.io.outputBytes : 0;
+    const ioMs = (ioBytes / 1e6) * (runtime.ioMsPerMB?.value ?? 0);
     pkg.prediction.dispatchMs = dispatch;
-    pkg.prediction.estimatedMs = (decode?.summary.estimatedMs ?? 0) + dispatch;
+    pkg.prediction.ioMs = ioMs;
+    pkg.prediction.estimatedMs = (decode?.summary.estimatedMs ?? 0) + dispatch + ioMs;
     totals.weightBytesStored += pkg.weightBytesStored;
     totals.estimatedMs += pkg.prediction.estimatedMs;
     if (!decode) continue;

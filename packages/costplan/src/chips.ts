@@ -299,6 +299,12 @@ export interface RuntimeFigures {
    * two free figures only; bench/calibrate.ts reports an exploratory fit of this one too.
    */
   readonly aneOpMs: Figure;
+  /**
+   * Time to pass a prediction's inputs and outputs (every feature but states) between the host
+   * and the device, ms per MB (1e6 bytes): Core ML copies each one, unless the runtime hands it
+   * IOSurface-backed buffers. What makes io KV cost more at a longer ctx (bench/calibrate.ts).
+   */
+  readonly ioMsPerMB: Figure;
 }
 
 export const DEFAULT_RUNTIME: RuntimeFigures = {
@@ -312,4 +318,5 @@ export const DEFAULT_RUNTIME: RuntimeFigures = {
     "assumed: no public measurement (anemll-profile's 300 ms per boundary is a ranking weight, not a time)",
   ),
   aneOpMs: assumed(0, "assumed: no per-op ANE overhead (see bench/calibrate.ts's exploratory fit)"),
+  ioMsPerMB: assumed(0, "assumed: inputs and outputs cost nothing to pass (the physics-only model)"),
 };

@@ -174,8 +174,8 @@ export async function costplan(
   }
   notes.push(
     runtime.dispatchMs.kind === "fitted"
-      ? `Dispatch overhead and ANE bandwidth fraction fitted to M4 Pro measurements (${runtime.dispatchMs.source}).`
-      : "Dispatch overhead and ANE bandwidth fraction not calibrated (calibration: none).",
+      ? `Dispatch overhead, ANE bandwidth fraction and the cost of passing inputs/outputs fitted to M4 Pro measurements (${runtime.dispatchMs.source}).`
+      : "Dispatch overhead, ANE bandwidth fraction and the cost of passing inputs/outputs not calibrated (calibration: none).",
   );
   return buildReport({
     target: { kind: t.kind, name: t.name, path: t.path },

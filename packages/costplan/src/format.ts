@@ -38,8 +38,10 @@ export function formatReport(r: CostReport, opts: FormatOptions = {}): string {
     `  read ${fmtBytes(t.bytesRead.weights)} weights + ${fmtBytes(t.bytesRead.activations)} activations + ${fmtBytes(t.bytesRead.state)} state · written ${fmtBytes(t.bytesWritten.activations + t.bytesWritten.state)} (${fmtBytes(t.bytesWritten.state)} to state)`,
   );
   out.push(`  compute ${fmtFlops(t.flops)} · graph interruptions ${t.interruptions}`);
+  const ioMs = r.packages.reduce((s, p) => s + (p.prediction.ioMs ?? 0), 0);
   out.push(
-    `  estimated ${fmtMs(t.estimatedMs)} (Σ package predictions incl. ${fmtMs(r.runtime.dispatchMs.value)} dispatch each)`,
+    `  estimated ${fmtMs(t.estimatedMs)} (Σ package predictions incl. ${fmtMs(r.runtime.dispatchMs.value)} dispatch each` +
+      (ioMs > 0 ? ` and ${fmtMs(ioMs)} passing inputs/outputs)` : ")"),
   );
   if (r.chain) {
     const c = r.chain;
@@ -135,6 +137,8 @@ export function formatReport(r: CostReport, opts: FormatOptions = {}): string {
     `  dispatch ${figure(r.runtime.dispatchMs, " ms")} per prediction · device switch ${figure(r.runtime.switchMs, " ms")} · CPU ${figure(r.chip.cpuGBps, " GB/s")}, ${figure(r.chip.cpuGflops, " GFLOPS")}`,
   );
   if (r.runtime.aneOpMs.value > 0) out.push(`  fixed cost per ANE op ${figure(r.runtime.aneOpMs, " ms")}`);
+  if (r.runtime.ioMsPerMB)
+    out.push(`  inputs/outputs ${figure(r.runtime.ioMsPerMB, " ms per MB")} (states excluded)`);
   if (r.notes.length) {
     out.push("");
     out.push("Notes");

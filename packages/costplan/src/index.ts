@@ -32,10 +32,11 @@ export {
   type NativePlanOp,
   nativeAvailability,
 } from "./native.js";
-export { OP_FLOPS, type OpWork, opWork } from "./op-cost.js";
+export { aneLayout, layoutMoves, OP_FLOPS, type OpWork, opWork } from "./op-cost.js";
 export { type Operand, type OperandRole, tensorBytes, type WeightInfo } from "./operands.js";
 export {
   ANE_MAX_DIM,
+  ANE_MAX_STATE_UPDATES,
   ANE_MAX_WEIGHT_BYTES,
   ANE_OBSERVED_OPS,
   type ComputeUnits,

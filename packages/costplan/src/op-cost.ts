@@ -7,7 +7,8 @@
  *  - every data input is read once, outputs are written once, nothing is assumed to stay on chip;
  *  - weights count at their stored size: LUT indices at their bit width plus the LUTs,
  *    blockwise-quantised data plus scales (and offsets) — see operands.ts;
- *  - views (reshape, squeeze, expand_dims, identity, read_state) move nothing;
+ *  - views (reshape, squeeze, expand_dims, identity, read_state) move nothing — except a reshape
+ *    that moves values between the channel and spatial axes, which the ANE copies (layoutMoves);
  *  - gather / slice_by_index read only what they return;
  *  - slice_update on a state read updates in place: it reads and writes the update only, and the
  *    write_state that stores it writes only that much; elsewhere it copies the whole tensor;
@@ -141,6 +142,27 @@ export const OP_FLOPS: Readonly<Record<string, FlopsFn>> = {
 
 const sumBytes = (ts: readonly TensorType[]): number => ts.reduce((s, t) => s + tensorBytes(t), 0);
 
+/** A shape as the ANE lays it out, [N, C, H, W]: lower ranks left-padded with 1s, extra leading dims folded into N. */
+export function aneLayout(shape: readonly number[]): [number, number, number, number] {
+  const s = shape.length >= 4 ? shape : [...new Array<number>(4 - shape.length).fill(1), ...shape];
+  const lead = s.slice(0, s.length - 3).reduce((a, b) => a * b, 1);
+  return [lead, s[s.length - 3], s[s.length - 2], s[s.length - 1]];
+}
+
+/**
+ * Whether a reshape (or expand_dims / squeeze) moves data on the ANE: its tensors are C planes of
+ * H rows of W (padded) values, so a reshape that keeps C and W only relabels rows, while one that
+ * changes either moves values between the channel and spatial axes — a copy (ml-ane-transformers:
+ * "minimize memory copies (avoid reshapes/transposes)"; ane-graph-review R16).
+ */
+export function layoutMoves(from: readonly number[], to: readonly number[]): boolean {
+  const a = aneLayout(from);
+  const b = aneLayout(to);
+  return a[1] !== b[1] || a[3] !== b[3];
+}
+
+const RESHAPES = new Set(["reshape", "expand_dims", "squeeze"]);
+
 /** Share of an operand's stored bytes that `returned` dense bytes of it amount to. */
 function partial(o: Operand, returnedDense: number): number {
   if (!o.type) return 0;
@@ -166,7 +188,8 @@ export function opWork(r: ResolvedOperation, operands: readonly Operand[]): OpWo
   };
   const outBytes = sumBytes(r.outputs);
 
-  if (isViewOp(type)) return { flops: 0, read, written, formula };
+  const copies = RESHAPES.has(type) && layoutMoves(r.args.type("x").shape, r.outputs[0].shape);
+  if (isViewOp(type) && !copies) return { flops: 0, read, written, formula };
   if (type === "write_state") {
     const data = operands.find((o) => o.param === "data");
     written.state = data?.inPlaceBytes ?? data?.bytes ?? 0;

@@ -44,6 +44,8 @@ export interface VarInfo {
   readonly weight?: WeightInfo;
   /** Read from a state (read_state, or a view / slice of such a read). */
   readonly fromState?: boolean;
+  /** The state input it was read from. */
+  readonly state?: string;
   /** A slice_update applied in place to a state read: only this many bytes change. */
   readonly inPlaceBytes?: number;
 }
@@ -59,6 +61,8 @@ export interface Operand {
   readonly varName?: string;
   readonly weight?: WeightInfo;
   readonly inPlaceBytes?: number;
+  /** For a tensor read from a state: the state input's name. */
+  readonly state?: string;
 }
 
 /** Inputs that address data (indices, slice bounds, target shapes) rather than being data. */
@@ -173,7 +177,8 @@ function classify(
     const w = v?.weight ?? inlineWeight(info, `${opName}.${param}`);
     return { ...base, role: "weight", bytes: w.storedBytes, weight: w };
   }
-  if (v?.fromState) return { ...base, role: "state", bytes: tensorBytes(type), inPlaceBytes: v.inPlaceBytes };
+  if (v?.fromState)
+    return { ...base, role: "state", bytes: tensorBytes(type), inPlaceBytes: v.inPlaceBytes, state: v.state };
   return { ...base, role: "activation", bytes: tensorBytes(type) };
 }
 

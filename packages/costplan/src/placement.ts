@@ -20,6 +20,8 @@ export interface RuleContext {
   readonly operands: readonly Operand[];
   /** Stored bytes of all weights the op's function uses. */
   readonly functionWeightBytes: number;
+  /** slice_update ops of the function per state input. */
+  readonly stateUpdates: ReadonlyMap<string, number>;
 }
 
 export interface PlacementRule {
@@ -38,6 +40,8 @@ export interface PlacementRule {
 export const ANE_MAX_DIM = 16384;
 /** Weights per ANE program above which Core ML was seen to fall back off the ANE. */
 export const ANE_MAX_WEIGHT_BYTES = 2e9;
+/** slice_updates one state takes on the ANE ("ANE can only handle 1-2 slice updates per buffer"). */
+export const ANE_MAX_STATE_UPDATES = 2;
 
 const DATA_ROLES = new Set(["weight", "activation", "state", "index"]);
 
@@ -210,6 +214,23 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
     },
   },
   {
+    id: "gather-runtime-index",
+    condition:
+      "gather whose indices are computed at run time (a function input or an op result), not constants",
+    placement: "CPU",
+    reason:
+      "a gather by a run-time int32 index (the RoPE row at `position`) is not known to run on the ANE; public ports feed such rows from the host",
+    source:
+      "CoreML-LLM feeds cos/sin from the host; ane-graph-review R9 (RoPE gather by int32 position) and R16 (costplan assumed gathers run on the ANE)",
+    match: (c) => {
+      if (c.r.op.type !== "gather" && c.r.op.type !== "gather_along_axis") return undefined;
+      const idx = c.operands.find((o) => o.param === "indices");
+      return idx?.role === "index"
+        ? `indices ${idx.varName ?? ""} are computed at run time`.trim()
+        : undefined;
+    },
+  },
+  {
     id: "dim-over-16384",
     condition: `any dimension of a data operand or result exceeds ${ANE_MAX_DIM}`,
     placement: "CPU/GPU",
@@ -231,6 +252,22 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
       if (c.r.op.type !== "slice_update") return undefined;
       const x = c.operands.find((o) => o.param === "x");
       return x && x.role !== "state" ? `x ${x.varName ?? ""} is not a state read`.trim() : undefined;
+    },
+  },
+  {
+    id: "many-state-updates",
+    condition: `slice_update on a state that the function updates more than ${ANE_MAX_STATE_UPDATES} times`,
+    placement: "CPU",
+    reason: `the ANE took at most ${ANE_MAX_STATE_UPDATES} slice_updates per state buffer (more gave ANE error -14); write the state once`,
+    source:
+      "bhctsntrk/Anemll PR #50 qwen3_5_model.py: 'ANE can only handle 1-2 slice updates per buffer', 'ANE error -14 from multiple slice updates on shared buffers' (ane-toolchains.md §1.3)",
+    match: (c) => {
+      if (c.r.op.type !== "slice_update") return undefined;
+      const state = c.operands.find((o) => o.param === "x")?.state;
+      const n = state ? (c.stateUpdates.get(state) ?? 0) : 0;
+      return n > ANE_MAX_STATE_UPDATES
+        ? `state ${state} takes ${n} slice_updates in this function`
+        : undefined;
     },
   },
   {

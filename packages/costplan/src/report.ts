@@ -104,6 +104,8 @@ export const FunctionSummarySchema = z.object({
 export const FunctionPlanSchema = z.object({
   name: z.string(),
   opset: z.string(),
+  /** Bytes of the function's inputs and outputs (states excluded): what a prediction passes. */
+  io: z.object({ inputBytes: nonneg, outputBytes: nonneg }).optional(),
   ops: z.array(OpEntrySchema),
   summary: FunctionSummarySchema,
   interruptions: InterruptionsSchema,
@@ -120,9 +122,11 @@ export const PackagePlanSchema = z.object({
   weightBytesStored: nonneg,
   functions: z.array(FunctionPlanSchema),
   prediction: z.object({
-    /** decode function estimatedMs + dispatchMs. */
+    /** decode function estimatedMs + dispatchMs + ioMs. */
     estimatedMs: nonneg,
     dispatchMs: nonneg,
+    /** Passing the decode function's inputs and outputs (runtime.ioMsPerMB). */
+    ioMs: nonneg.optional(),
     measuredMs: nonneg.optional(),
     measuredRuns: count.optional(),
     measuredWarmup: count.optional(),
@@ -213,6 +217,7 @@ export const RuntimeSchema = z.object({
   bandwidthFraction: FigureSchema,
   switchMs: FigureSchema,
   aneOpMs: FigureSchema,
+  ioMsPerMB: FigureSchema.optional(),
 });
 
 export const CostReportSchema = z.object({

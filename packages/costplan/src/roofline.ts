@@ -16,7 +16,7 @@ export interface OpTime {
 export function deviceRates(
   device: "ANE" | "CPU" | "GPU",
   chip: ChipProfile,
-  runtime: RuntimeFigures,
+  runtime: Pick<RuntimeFigures, "bandwidthFraction">,
 ): { flops: number; bytes: number } {
   switch (device) {
     case "ANE":
@@ -36,7 +36,7 @@ export function opTime(
   flops: number,
   bytes: number,
   chip: ChipProfile,
-  runtime: RuntimeFigures,
+  runtime: Pick<RuntimeFigures, "bandwidthFraction" | "aneOpMs">,
 ): OpTime {
   if (device === "load" || (flops === 0 && bytes === 0)) return { ms: 0, bound: "none" };
   const rates = deviceRates(device, chip, runtime);

@@ -63,6 +63,7 @@ describe("chips", () => {
       const fit = JSON.parse(readFileSync(calibration, "utf8")).fitted;
       expect(FITTED_RUNTIME.dispatchMs.value).toBe(fit.dispatchMs);
       expect(FITTED_RUNTIME.bandwidthFraction.value).toBe(fit.bandwidthFraction);
+      expect(FITTED_RUNTIME.ioMsPerMB.value).toBe(fit.ioMsPerMB);
       expect(FITTED_RUNTIME.bandwidthFraction.value).toBeLessThanOrEqual(1);
     },
   );

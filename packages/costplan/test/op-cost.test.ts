@@ -4,7 +4,7 @@
  */
 import { MIL_OPS, MilBuilder, tensorType } from "@anemll-qwen35/ir/mil";
 import { describe, expect, it } from "vitest";
-import { analyzeModel, OP_FLOPS } from "../src/index.js";
+import { analyzeModel, aneLayout, layoutMoves, OP_FLOPS } from "../src/index.js";
 import { opNamed } from "./helpers.js";
 
 const f16 = (shape: number[]) => tensorType("fp16", shape);
@@ -159,22 +159,42 @@ describe("FLOPs and bytes per op", () => {
     expect(op.bytesRead.weights).toBe(3 * 16 * 2);
     expect(op.bytesRead.activations).toBe(3 * 4);
     expect(op.bytesWritten.activations).toBe(3 * 16 * 2);
-    expect(op.device).toBe("ANE"); // int32 indices are an index operand, not int32 arithmetic
+    expect(op.rule).toBe("gather-runtime-index"); // int32 indices are an index operand, not int32 arithmetic
   });
 
   it("views move nothing; elementwise ops count one op per output element", () => {
     const b = new MilBuilder();
     const x = b.input("x", f16([4, 8]));
-    const r = b.reshape({ x, shape: [32], name: "flat" });
+    const r = b.reshape({ x, shape: [1, 4, 8], name: "lead" }); // [N, C, H, W] = [1, 1, 4, 8] both
     b.output("y", b.sigmoid({ x: r, name: "act" }));
     const model = b.model();
-    const flat = opNamed(model, "flat");
-    expect([flat.flops, flat.bytesRead.activations, flat.bytesWritten.activations, flat.estimatedMs]).toEqual(
+    const lead = opNamed(model, "lead");
+    expect([lead.flops, lead.bytesRead.activations, lead.bytesWritten.activations, lead.estimatedMs]).toEqual(
       [0, 0, 0, 0],
     );
     const act = opNamed(model, "y");
     expect(act.flops).toBe(32);
     expect(act.bytesRead.activations + act.bytesWritten.activations).toBe(2 * 32 * 2);
+  });
+
+  it("a reshape that moves values between the channel and spatial axes (or changes the row width) is a copy", () => {
+    const b = new MilBuilder();
+    const x = b.input("x", f16([1, 64, 1, 1]));
+    const heads = b.reshape({ x, shape: [1, 4, 1, 16], name: "heads" }); // channels → W
+    const rows = b.reshape({ x: heads, shape: [1, 4, 2, 8], name: "rows" }); // W 16 → 8
+    const regroup = b.reshape({ x: rows, shape: [1, 4, 16], name: "regroup" }); // [1, 4, 16] is [N, C, H, W] = [1, 1, 4, 16]
+    const back = b.reshape({ x: regroup, shape: [1, 1, 4, 16], name: "back" }); // same layout: a view
+    b.output("y", b.sigmoid({ x: back, name: "act" }));
+    const model = b.model();
+    for (const name of ["heads", "rows", "regroup"]) {
+      const op = opNamed(model, name);
+      expect([op.bytesRead.activations, op.bytesWritten.activations], name).toEqual([128, 128]);
+    }
+    expect(opNamed(model, "back").bytesRead.activations).toBe(0);
+    expect(layoutMoves([1, 2048, 1, 1], [1, 8, 1, 256])).toBe(true);
+    expect(layoutMoves([1, 2048, 1, 1], [1, 2048, 1])).toBe(true); // rank 3 is [1, C=1, H=2048, W=1]
+    expect(layoutMoves([1, 16, 1, 128], [16, 1, 128])).toBe(false); // [N, C, H, W] = [1, 16, 1, 128] both
+    expect(aneLayout([2, 3, 4, 5, 6])).toEqual([6, 4, 5, 6]);
   });
 
   it("in-place KV update: slice_update on a state read and its write_state move only the update", () => {

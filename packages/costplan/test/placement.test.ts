@@ -146,6 +146,19 @@ describe("placement rules", () => {
     expectRule(b.model(), "e", "gather-large-table", "CPU");
   });
 
+  it("gather-runtime-index: a gather by a run-time index goes to the CPU; by constant indices it stays", () => {
+    const b = new MilBuilder();
+    const pos = b.input("position", tensorType("int32", [1]));
+    const table = b.const(new Uint16Array(256 * 64), "fp16", [256, 64], { name: "rope_table" });
+    const row = b.gather({ x: table, indices: pos, axis: 0, name: "rope_row" });
+    const fixed = b.gather({ x: table, indices: b.const([3], "int32", [1]), axis: 0, name: "fixed_row" });
+    b.output("y", b.add({ x: row, y: fixed, name: "sum" }));
+    const m = b.model();
+    const op = expectRule(m, "rope_row", "gather-runtime-index", "CPU");
+    expect(op.reason).toContain("position");
+    expect(opNamed(m, "fixed_row").device).toBe("ANE");
+  });
+
   it("dim-over-16384: any dimension over 16384 leaves the ANE; exactly 16384 stays", () => {
     const build = (rows: number) => {
       const b = new MilBuilder();
@@ -177,6 +190,25 @@ describe("placement rules", () => {
     const m = b.model();
     expectRule(m, "y", "standalone-slice-update", "CPU");
     expect(opNamed(m, "kv").device).toBe("ANE");
+  });
+
+  it("many-state-updates: a state updated more than twice in one function leaves the ANE; twice stays", () => {
+    for (const n of [2, 3]) {
+      const b = new MilBuilder();
+      const u = b.input("u", f16([1, 1, 8]));
+      const st = b.state("kv", f16([1, 4, 8]));
+      let cur = b.readState({ input: st, name: "r" });
+      for (let i = 0; i < n; i++)
+        cur = b.sliceUpdate({ x: cur, update: u, begin: [0, i, 0], end: [1, i + 1, 8], name: `put${i}` });
+      b.writeState({ input: st, data: cur });
+      b.output("y", b.mul({ x: u, y: u, name: "sq" }));
+      const m = b.model();
+      for (let i = 0; i < n; i++) {
+        if (n > 2)
+          expect(expectRule(m, `put${i}`, "many-state-updates", "CPU").reason).toContain("3 slice_updates");
+        else expect(opNamed(m, `put${i}`).device).toBe("ANE");
+      }
+    }
   });
 
   it("bool-attention-mask: SDPA with a bool mask leaves the ANE; an fp16 mask stays", () => {

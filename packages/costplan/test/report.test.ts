@@ -93,10 +93,37 @@ describe("report", () => {
     expect(slow.totals.estimatedMs - r.totals.estimatedMs).toBeCloseTo(5 - r.runtime.dispatchMs.value, 10);
   });
 
+  it("a prediction pays for passing its inputs and outputs (ioMsPerMB), states excluded — why io KV grows with ctx", async () => {
+    const io = (ctx: number) => {
+      const b = new MilBuilder();
+      const q = b.input("q", f16([1, 2, 1, 64]));
+      const k = b.input("k_cache", f16([1, 2, ctx, 64]));
+      const s = b.state("v", f16([1, 2, ctx, 64]));
+      const v = b.readState({ input: s, name: "v_all" });
+      b.output("o", b.scaledDotProductAttention({ query: q, key: k, value: v, name: "att" }));
+      return b.model();
+    };
+    const rate = { value: 0.5, kind: "assumed" as const, source: "test" };
+    for (const ctx of [256, 1024]) {
+      const r = await costplan(io(ctx), { calibration: "none", native: "off", runtime: { ioMsPerMB: rate } });
+      const f = r.packages[0].functions[0];
+      const bytes = 2 * 64 * 2 + 2 * ctx * 64 * 2 + 2 * 64 * 2; // q and the k cache in, o out; the state is no I/O
+      expect(f.io).toEqual({ inputBytes: 2 * 64 * 2 + 2 * ctx * 64 * 2, outputBytes: 2 * 64 * 2 });
+      expect(r.packages[0].prediction.ioMs).toBeCloseTo((bytes / 1e6) * 0.5, 12);
+      expect(r.packages[0].prediction.estimatedMs).toBeCloseTo(
+        f.summary.estimatedMs + r.runtime.dispatchMs.value + (bytes / 1e6) * 0.5,
+        12,
+      );
+    }
+    const free = await costplan(io(256), { calibration: "none", native: "off" });
+    expect(free.packages[0].prediction.ioMs).toBe(0); // the physics-only model passes I/O for free
+  });
+
   it("the calibrated default uses the fitted figures and says so", async () => {
     const r = await costplan(sample(), { native: "off" });
     expect(r.runtime.dispatchMs.kind).toBe("fitted");
     expect(r.runtime.bandwidthFraction.kind).toBe("fitted");
+    expect(r.runtime.ioMsPerMB?.kind).toBe("fitted");
     expect(r.notes.join("\n")).toMatch(/fitted/);
     expect(r.notes.join("\n")).toMatch(/not measurements/);
   });

@@ -38,14 +38,18 @@ describe("stand-in chain (tiny dims)", () => {
     );
   });
 
-  it("fusing two super-blocks into one package saves exactly one dispatch; weights read stay the same", async () => {
+  it("fusing two super-blocks into one package saves one dispatch and one hand-off; weights read stay the same", async () => {
     const opts = { native: "off" as const };
     const a = await costplan(buildStandInChain(TINY, { fuse: 1, ctx: 32, headBits: 4 }), opts);
     const b = await costplan(buildStandInChain(TINY, { fuse: 2, ctx: 32, headBits: 4 }), opts);
     const c = compareReports(a, b);
     expect(c.totals.predictions.delta).toBe(-1);
     expect(c.totals.weightBytesRead.delta).toBe(0);
-    expect(c.totals.estimatedMs.delta).toBeCloseTo(-a.runtime.dispatchMs.value, 9);
+    // one dispatch less, one hidden state less passed out of a package and into the next (and its
+    // layout copy at the package boundary, a few µs)
+    const ioMs = (r: typeof a) => r.packages.reduce((s, p) => s + (p.prediction.ioMs ?? 0), 0);
+    expect(ioMs(b)).toBeLessThan(ioMs(a));
+    expect(c.totals.estimatedMs.delta).toBeCloseTo(-a.runtime.dispatchMs.value + ioMs(b) - ioMs(a), 4);
     expect(b.chain?.estimatedTokPerSec).toBeGreaterThan(
       a.chain?.estimatedTokPerSec ?? Number.POSITIVE_INFINITY,
     );

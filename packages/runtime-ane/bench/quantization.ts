@@ -10,12 +10,17 @@
  *   - ppl: perplexity of the held-out text under the quantized model (HF fp32's is printed too);
  *   - loops: share of free greedy generations (PROMPTS held-out verse openings, GEN_TOKENS each)
  *     that end in a repetition loop (the last LOOP_SPAN tokens repeat with a period ≤ LOOP_PERIOD).
- * A new configuration is one more entry in ENCODINGS. The HF logits come with the fixture
- * (heldout.safetensors, made by train_tiny.py), so this needs no Python.
+ * Every row is also measured on the other fixtures against their Hugging Face goldens (KL and
+ * top-1, teacher-forced over the prompt and the golden greedy continuation): tiny-tied and
+ * tiny-gqa (random weights: their LUT numbers say how much an encoding perturbs, not how a real
+ * model fares), and tiny-moe is listed as skipped (the ANE converter refuses MoE checkpoints).
+ * A new configuration is one more entry in ENCODINGS — a converter policy (`quant`) or the
+ * body/lmHead shorthands. The HF logits come with the fixtures (heldout.safetensors, made by
+ * train_tiny.py; golden.safetensors), so this needs no Python.
  *
  *   pnpm --filter @anemll-qwen35/runtime-ane exec tsx bench/quantization.ts [--jobs 2] [--only name,name] [--tokens 512]
  * --jobs N measures N rows at a time, each in its own process.
- * Writes bench/results/quantization.json and prints the table that notes/quantization.md shows.
+ * Writes bench/results/quantization.json and prints the tables that notes/quantization.md shows.
  */
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -26,11 +31,14 @@ import { fileURLToPath } from "node:url";
 import { type ConvertOptions, convert, parseWeightQuant } from "@anemll-qwen35/converter";
 import { toFloat32 } from "@anemll-qwen35/core";
 import { loadTokenizer } from "@anemll-qwen35/generate";
-import { argmax, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
+import { argmax, loadGolden, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const FIXTURE = join(here, "..", "..", "..", "fixtures", "tiny-trained");
+const FIXTURES = join(here, "..", "..", "..", "fixtures");
+const FIXTURE = join(FIXTURES, "tiny-trained");
+/** Fixtures measured against their goldens besides tiny-trained's held-out text. */
+const GOLDEN_FIXTURES = ["tiny-tied", "tiny-gqa", "tiny-moe"];
 const arg = (name: string) => {
   const i = process.argv.indexOf(name);
   return i > 0 ? process.argv[i + 1] : undefined;
@@ -65,6 +73,16 @@ const ENCODINGS: { name: string; options: Partial<ConvertOptions>; precision?: "
   { name: "lut6 body + lut6 head", options: { body: q("lut6"), lmHead: q("lut6") } },
   { name: "lut6 body + lut4 head", options: { body: q("lut6"), lmHead: q("lut4") } },
   { name: "int8 body + int8 head", options: { body: q("int8"), lmHead: q("int8") } },
+  // per-tensor policies (converter presets and rules: packages/converter README "Quantization policy")
+  { name: "policy default", options: { quant: "default" } },
+  { name: "policy default, mlp=lut6", options: { quant: "default,mlp=lut6" } },
+  { name: "policy default, attn=lut6", options: { quant: "default,attn=lut6" } },
+  { name: "policy lut4, gdn a/b fp16", options: { quant: "lut4,gdn.in_proj_a=none,gdn.in_proj_b=none" } },
+  {
+    name: "policy lut4, gdn qkv/out lut6",
+    options: { quant: "lut4,gdn.in_proj_qkv=lut6,gdn.out_proj=lut6" },
+  },
+  { name: "policy lut6, mlp=lut4", options: { quant: "lut6,mlp=lut4" } },
 ];
 
 const TOKENS = Number(arg("--tokens") ?? 512);
@@ -136,6 +154,42 @@ const hfTop5 = ref.logits.slice(0, TOKENS).map((l) => topK(l, 5));
 
 type Row = Awaited<ReturnType<typeof measure>>;
 
+/**
+ * KL(HF ‖ converted) and top-1 on a fixture's golden: prompt then the golden greedy ids,
+ * teacher-forced, each position against HF's logits for it. A fixture the converter refuses
+ * (MoE) is reported with the reason.
+ */
+async function measureGolden(enc: (typeof ENCODINGS)[number], name: string, work: string) {
+  const dir = join(FIXTURES, name);
+  const g = await loadGolden(dir);
+  const out = join(work, `${name}-${enc.name.replace(/[^a-z0-9]+/gi, "-")}`);
+  try {
+    await convert({ model: dir, out, ctx: 128, ...enc.options });
+  } catch (e) {
+    if ((e as { code?: string }).code === "E_UNSUPPORTED_MODEL")
+      return { fixture: name, skipped: (e as Error).message.split(";")[0] };
+    throw e;
+  }
+  const model = await ChainRunner.load(out, {
+    backend: referenceBackend({ precision: enc.precision ?? "fp16", flushSubnormals: true }),
+  });
+  const ids = [...g.promptIds, ...g.generatedIds.slice(0, g.decodeLogits.length)];
+  const hf = [...g.promptLogits, ...g.decodeLogits];
+  let top1 = 0;
+  let kl = 0;
+  for (let t = 0; t < hf.length; t++) {
+    const o = t === 0 ? await model.prefill([ids[0]]) : await model.decode(ids[t]);
+    if (!("logits" in o)) throw new Error("expected logits");
+    if (argmax(o.logits) === argmax(hf[t])) top1++;
+    const lp = logSoftmax(hf[t]);
+    const lq = logSoftmax(o.logits);
+    for (let i = 0; i < lp.length; i++) kl += Math.exp(lp[i]) * (lp[i] - lq[i]);
+  }
+  model.dispose();
+  rmSync(out, { recursive: true, force: true });
+  return { fixture: name, positions: hf.length, top1: top1 / hf.length, klMean: kl / hf.length };
+}
+
 /** Converts the fixture with one encoding and measures it. */
 async function measure(enc: (typeof ENCODINGS)[number], work: string) {
   const started = performance.now();
@@ -178,8 +232,11 @@ async function measure(enc: (typeof ENCODINGS)[number], work: string) {
     samples.push(tokenizer.decode([...p, ...gen]));
   }
   model.dispose();
+  const fixtures = [];
+  for (const name of GOLDEN_FIXTURES) fixtures.push(await measureGolden(enc, name, work));
   const row = {
     name: enc.name,
+    policy: conv.manifest.quantization.policy,
     body: conv.manifest.quantization.body,
     lmHead: conv.manifest.quantization.lmHead,
     precision: enc.precision ?? "fp16",
@@ -193,6 +250,7 @@ async function measure(enc: (typeof ENCODINGS)[number], work: string) {
     packageBytes: await folderBytes(out),
     seconds: (performance.now() - started) / 1000,
     samples,
+    fixtures,
   };
   rmSync(out, { recursive: true, force: true });
   return row;
@@ -262,9 +320,23 @@ console.log(
   "| encoding | body | lm_head | top-1 | top-5 | mean KL (nats) | perplexity | greedy loops | packages |",
 );
 console.log("|---|---|---|---|---|---|---|---|---|");
+const klText = (kl: number) => (kl >= 1e-3 ? kl.toFixed(4) : kl.toExponential(1));
 for (const r of rows) {
   console.log(
-    `| ${r.name} | ${r.body} | ${r.lmHead} | ${(100 * r.top1).toFixed(1)}% | ${(100 * r.top5).toFixed(1)}% | ${r.klMean >= 1e-3 ? r.klMean.toFixed(4) : r.klMean.toExponential(1)} | ${r.perplexity.toFixed(2)} | ${r.loops}/${PROMPTS} | ${(r.packageBytes / 1e6).toFixed(1)} MB |`,
+    `| ${r.name} | ${r.body} | ${r.lmHead} | ${(100 * r.top1).toFixed(1)}% | ${(100 * r.top5).toFixed(1)}% | ${klText(r.klMean)} | ${r.perplexity.toFixed(2)} | ${r.loops}/${PROMPTS} | ${(r.packageBytes / 1e6).toFixed(1)} MB |`,
+  );
+}
+console.log(
+  `\nKL(HF fp32 ‖ converted) / top-1 per fixture (tiny-trained: ${TOKENS} held-out positions; the others: prompt + golden greedy continuation)\n`,
+);
+console.log(`| encoding | policy | tiny-trained | ${GOLDEN_FIXTURES.join(" | ")} |`);
+console.log(`|---|---|---|${GOLDEN_FIXTURES.map(() => "---|").join("")}`);
+for (const r of rows) {
+  const cells = r.fixtures.map((f) =>
+    "skipped" in f ? "skipped (MoE)" : `${klText(f.klMean as number)} / ${(100 * (f.top1 as number)).toFixed(0)}%`,
+  );
+  console.log(
+    `| ${r.name} | ${r.policy ?? ""} | ${klText(r.klMean)} / ${(100 * r.top1).toFixed(1)}% | ${cells.join(" | ")} |`,
   );
 }
 
@@ -285,6 +357,7 @@ writeFileSync(
         loadAverage: loadavg(),
       },
       fixture: "fixtures/tiny-trained",
+      goldenFixtures: GOLDEN_FIXTURES.map((f) => `fixtures/${f}`),
       heldOut: { text: "Book of Ruth (not trained on)", tokens: TOKENS, hfPerplexity },
       freeGeneration: {
         prompts: PROMPTS,

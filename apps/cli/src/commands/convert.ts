@@ -1,17 +1,16 @@
 import { createWriteStream } from "node:fs";
 import {
   convert,
-  DEFAULT_BODY_QUANT,
   DEFAULT_CTX,
-  DEFAULT_LM_HEAD_QUANT,
   DEFAULT_LUT_GROUP_SIZE,
+  formatWeightQuant,
   MAX_CTX,
   MIN_CTX,
-  NO_QUANT,
+  QUANT_PRESETS,
 } from "@anemll-qwen35/converter";
 import { type Command, Option } from "commander";
 import type { Context } from "../context.js";
-import { bytes, choice, fuse, int, weightQuantOption } from "../options.js";
+import { bytes, choice, fuse, int, weightQuant } from "../options.js";
 import { progressReporter } from "../progress.js";
 
 export function registerConvert(program: Command, ctx: Context): void {
@@ -45,21 +44,26 @@ export function registerConvert(program: Command, ctx: Context): void {
       choice("--dtype", ["fp16", "fp32"] as const),
       "fp16",
     )
-    .addOption(
-      weightQuantOption(
-        "--lut <bits>",
-        "super-block weights: 2|4|6|8[,group|,per-tensor], int8[,block] or none",
-        DEFAULT_BODY_QUANT,
-      ),
+    .option(
+      "--attention <form>",
+      "attention core: matmul (Q·Kᵀ, softmax, P·V, as ANE ports ship) or sdpa (the iOS18 op)",
+      choice("--attention", ["matmul", "sdpa"] as const),
+      "matmul",
     )
-    .addOption(
-      weightQuantOption(
-        "--lmhead-lut <bits>",
-        "lm_head weights: 4|6|8[,group|,per-tensor], int8[,block] or none",
-        DEFAULT_LM_HEAD_QUANT,
-      ),
+    .option(
+      "--quant <policy>",
+      `weight encodings per tensor: [preset,]pattern=encoding,… (the last matching rule wins) — presets ${Object.keys(QUANT_PRESETS).join(", ")}; ` +
+        "patterns body, gdn, attn, mlp, lm_head, embed, a role (gdn.in_proj_qkv) or a tensor glob (layers.*.mlp.down_proj); " +
+        `encodings none|fp16, lut2|4|6|8[,group|,per-tensor], int8[,block]. The preset default is ${QUANT_PRESETS.default.map((r) => `${r.pattern}=${formatWeightQuant(r.quant)}`).join(",")}`,
+      "default",
     )
-    .addOption(weightQuantOption("--embed-lut <bits>", "embedding weights: 4|6|8, int8 or none", NO_QUANT))
+    .option(
+      "--lut <bits>",
+      "shorthand for the rule body=<bits>: every super-block projection 2|4|6|8[,group|,per-tensor], int8[,block] or none",
+      weightQuant("--lut"),
+    )
+    .option("--lmhead-lut <bits>", "shorthand for the rule lm_head=<bits>", weightQuant("--lmhead-lut"))
+    .option("--embed-lut <bits>", "shorthand for the rule embed=<bits>", weightQuant("--embed-lut"))
     .option("--group-size <n>", "output channels per LUT", int("--group-size", 1), DEFAULT_LUT_GROUP_SIZE)
     .option("--argmax", "lm_head returns per-piece top-1 instead of logits")
     .option(
@@ -93,6 +97,8 @@ export function registerConvert(program: Command, ctx: Context): void {
           budgetBytes: o.budget,
           state: o.state,
           dtype: o.dtype,
+          attention: o.attention,
+          quant: o.quant,
           body: o.lut,
           lmHead: o.lmheadLut,
           embed: o.embedLut,
@@ -130,7 +136,7 @@ export function registerConvert(program: Command, ctx: Context): void {
         if (r.reusedWeights.length > 0)
           out.line(`  ${r.reusedWeights.length} weight(s) reused from the interrupted conversion`);
         out.line(
-          `  ctx ${r.manifest.ctx} · state ${r.manifest.state} · ${r.manifest.dtype} · body ${r.manifest.quantization.body} · lm_head ${r.manifest.quantization.lmHead} · worst relative weight error ${worst.toExponential(2)}`,
+          `  ctx ${r.manifest.ctx} · state ${r.manifest.state} · ${r.manifest.dtype} · attention ${r.manifest.attention} · quant ${r.manifest.quantization.policy} · worst relative weight error ${worst.toExponential(2)}`,
         );
       } finally {
         bar.stop();

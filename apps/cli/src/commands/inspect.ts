@@ -44,7 +44,14 @@ export function registerInspect(program: Command, ctx: Context): void {
       );
       out.line(`  source ${m.source.model}${m.source.revision ? `@${m.source.revision}` : ""}`);
       out.line(
-        `  ctx ${m.ctx} · fuse ${m.fuse} · state ${m.state} · ${m.dtype} · body ${m.quantization.body} · lm_head ${m.quantization.lmHead} · embed ${m.quantization.embed}${m.argmax ? " · argmax head" : ""}`,
+        `  ctx ${m.ctx} · fuse ${m.fuse} · state ${m.state} · ${m.dtype} · attention ${m.attention ?? "sdpa"}${m.argmax ? " · argmax head" : ""}`,
+      );
+      const q = m.quantization;
+      const encodings = q.encodings ?? { body: q.body, lm_head: q.lmHead, embed: q.embed };
+      out.line(
+        `  quant ${q.policy ?? "(not recorded)"}: ${Object.entries(encodings)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(" · ")}`,
       );
       for (const c of m.components) {
         const ins = c.io.inputs.length;

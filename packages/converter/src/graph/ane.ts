@@ -26,6 +26,13 @@ export const GDN_NORM_EPS_SCALE = GDN_O_SCALE * GDN_O_SCALE;
  */
 export { MASK_NEG } from "@anemll-qwen35/ir/chain";
 
+/**
+ * The ANE's largest tensor dimension: ANEMLL splits its lm_head because of it ("ANE tensors
+ * dimension size is limited to 16384", llama_model.py; ane-toolchains.md §1.6, §1.10). The
+ * converter keeps every conv/matmul within it (lm_head pieces, MLP pieces) and checks (limits.ts).
+ */
+export const ANE_MAX_DIM = 16384;
+
 /** A scalar or small literal typed like `like` (fp16 graphs keep every constant fp16). */
 export function scalar(value: number, like: MilVar): { data: number[]; dtype: MilDType; shape: number[] } {
   return { data: [value], dtype: like.dtype, shape: [] };

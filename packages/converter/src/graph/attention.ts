@@ -1,13 +1,13 @@
 /**
  * Gated full attention, one decode step (reference §2.3): q_proj rows are per-head
  * [q_h | gate_h] blocks; per-head zero-centred q_norm/k_norm; partial RoPE on the first
- * `rotaryDim` dims; GQA without expanding K/V — the H/Hkv query heads of one KV head are the L
- * rows of that head's scaled_dot_product_attention; output × sigmoid(gate) → o_proj.
+ * `rotaryDim` dims; GQA without expanding K/V — the H/Hkv query heads of one KV head are the
+ * query rows of that head's attention; output × sigmoid(gate) → o_proj.
  */
 
 import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
-import type { MilBuilder, MilVar, StateType } from "@anemll-qwen35/ir/mil";
-import { conv1x1, rmsNormAne } from "./ane.js";
+import type { MilBuilder, MilVar } from "@anemll-qwen35/ir/mil";
+import { conv1x1, rmsNormAne, scalar } from "./ane.js";
 import { zeroCentredGain } from "./norms.js";
 import type { GraphWeights } from "./weights.js";
 
@@ -33,17 +33,27 @@ export interface RopeRow {
   readonly sin: MilVar;
 }
 
-/** Gathers the position's row of the constant tables. */
+/**
+ * Gathers the position's row of one constant table [ctx, rot] (cos ‖ sin), then splits it: one
+ * gather by a run-time index per function (costplan places such gathers on the CPU), emitted
+ * where the caller puts it — at the function's start, beside the other index work.
+ */
 export function ropeRow(w: GraphWeights, ctx: number, position: MilVar): RopeRow {
   const b = w.b;
-  const half = w.source.config.rotaryDim / 2;
+  const rot = w.source.config.rotaryDim;
+  const half = rot / 2;
   const t = ropeTables(w.source.config, ctx);
-  const row = (table: Float32Array, name: string) => {
-    const c = w.constant(table, [ctx, half], `rope_${name}_table`);
-    const g = b.gather({ x: c, indices: position, axis: 0, name: `rope_${name}_row` }); // [1, rot/2]
-    return b.reshape({ x: g, shape: [1, 1, 1, half], name: `rope_${name}` });
-  };
-  return { cos: row(t.cos, "cos"), sin: row(t.sin, "sin") };
+  const table = new Float32Array(ctx * rot);
+  for (let p = 0; p < ctx; p++) {
+    table.set(t.cos.subarray(p * half, (p + 1) * half), p * rot);
+    table.set(t.sin.subarray(p * half, (p + 1) * half), p * rot + half);
+  }
+  const c = w.constant(table, [ctx, rot], "rope_table");
+  const g = b.gather({ x: c, indices: position, axis: 0, name: "rope_row" }); // [1, rot]
+  const row = b.reshape({ x: g, shape: [1, 1, 1, rot], name: "rope" });
+  const part = (from: number, name: string) =>
+    b.sliceByIndex({ x: row, begin: [0, 0, 0, from], end: [1, 1, 1, from + half], name });
+  return { cos: part(0, "rope_cos"), sin: part(half, "rope_sin") };
 }
 
 /**
@@ -71,20 +81,26 @@ function applyRope(b: MilBuilder, x: MilVar, rope: RopeRow, rot: number, name: s
 }
 
 /**
- * Where this layer's keys and values live:
- *   io:      the host's caches kv{L}_k / kv{L}_v [1, Hkv, ctx, hd] (rows < position valid); attention
- *            runs over concat(cache, this row), ctx + 1 keys, and the new row is returned;
- *   mlstate: rows `kRow` / `vRow` of the package's state [2n, Hkv, ctx, hd], written at `position`.
+ * This layer's cached keys and values [1, Hkv, ctx, hd] (post-norm, post-RoPE k; raw v), rows
+ * < position valid and this token's row not yet among them: the host's caches kv{L}_k / kv{L}_v
+ * (io), or the layer's rows of the package's KV state as read at the start of the step (mlstate,
+ * where the new rows are written once, at the end of the function: superblock.ts).
  */
-export type KvBinding =
-  | { readonly kind: "io"; readonly k: MilVar; readonly v: MilVar }
-  | {
-      readonly kind: "mlstate";
-      readonly state: MilVar;
-      readonly kRow: number;
-      readonly vRow: number;
-      readonly position: MilVar;
-    };
+export interface KvCache {
+  readonly k: MilVar;
+  readonly v: MilVar;
+}
+
+/**
+ * The attention core, softmax(q·kᵀ/√hd + mask)·v over the cached rows and this token's row:
+ *   matmul: q·Kᵀ and P·V as matmul ops beside softmax — the form ANE ports ship (ANEMLL, CoreML-LLM);
+ *           the cache and the new row are scored apart and only the scores are joined, so no copy
+ *           of the cache is made;
+ *   sdpa:   the iOS18 scaled_dot_product_attention op over concat(cache, new row) — no ANE port
+ *           is known to run it (ane-graph-review R8), kept to compare on a Mac.
+ */
+export type AttentionForm = "matmul" | "sdpa";
+export const ATTENTION_FORMS: readonly AttentionForm[] = ["matmul", "sdpa"];
 
 export interface AttentionStep {
   /** [1, D, 1, 1] */
@@ -95,71 +111,56 @@ export interface AttentionStep {
 }
 
 /**
- * Writes this token's k/v rows into the Core ML state at `position` (read_state → slice_update →
- * write_state → read_state, as coremltools' coreml_update_state) and returns the layer's full
- * K and V [1, Hkv, ctx, hd]. The state is fp16 (Core ML states are fp16 only); an fp32 graph
- * casts around it.
+ * q [1, Hkv, G, hd] (G query heads per KV head), mask [1, 1, 1, ctx + 1] (the cache rows, then
+ * this token) → [1, Hkv, G, hd], in the chosen form.
  */
-function kvFromState(
+function attend(
   b: MilBuilder,
-  kv: Extract<KvBinding, { kind: "mlstate" }>,
+  form: AttentionForm,
+  q: MilVar,
+  cache: KvCache,
   kNew: MilVar,
   vNew: MilVar,
-  name: string,
-): { keys: MilVar; values: MilVar } {
-  const [, Hkv, ctx, hd] = (kv.state.type as StateType).wrapped.shape; // [2n, Hkv, ctx, hd]
-  const toState = (x: MilVar, tag: string) =>
-    x.dtype === "fp16" ? x : b.cast({ x, dtype: "fp16", name: `${name}_${tag}_f16` });
-  const rowBegin = (row: number, tag: string) =>
-    b.concat({
-      values: [b.const([row, 0], "int32", [2]), kv.position, b.const([0], "int32", [1])],
-      axis: 0,
-      name: `${name}_${tag}_begin`,
-    });
-  const rowEnd = (row: number, tag: string) => {
-    const next = b.add({ x: kv.position, y: 1, name: `${name}_${tag}_pos1` });
-    return b.concat({
-      values: [b.const([row + 1, Hkv], "int32", [2]), next, b.const([hd], "int32", [1])],
-      axis: 0,
-      name: `${name}_${tag}_end`,
-    });
-  };
-  let cache = b.readState({ input: kv.state, name: `${name}_read` }); // [rows, Hkv, ctx, hd]
-  cache = b.sliceUpdate({
-    x: cache,
-    update: toState(kNew, "k"),
-    begin: rowBegin(kv.kRow, "k"),
-    end: rowEnd(kv.kRow, "k"),
-    name: `${name}_put_k`,
-  });
-  cache = b.sliceUpdate({
-    x: cache,
-    update: toState(vNew, "v"),
-    begin: rowBegin(kv.vRow, "v"),
-    end: rowEnd(kv.vRow, "v"),
-    name: `${name}_put_v`,
-  });
-  const all = b.coremlUpdateState(kv.state, cache, { name: `${name}_state` });
-  const take = (row: number, tag: string) => {
-    const x = b.sliceByIndex({
-      x: all,
-      begin: [row, 0, 0, 0],
-      end: [row + 1, Hkv, ctx, hd],
-      name: `${name}_${tag}_rows`,
-    });
-    return kNew.dtype === "fp16" ? x : b.cast({ x, dtype: "fp32", name: `${name}_${tag}_cast` }); // fp32 graphs
-  };
-  return { keys: take(kv.kRow, "keys"), values: take(kv.vRow, "values") };
+  mask: MilVar,
+): MilVar {
+  if (form === "sdpa") {
+    const keys = b.concat({ values: [cache.k, kNew], axis: 2, name: "keys" }); // [1, Hkv, ctx+1, hd]
+    const values = b.concat({ values: [cache.v, vNew], axis: 2, name: "values" });
+    return b.scaledDotProductAttention({ query: q, key: keys, value: values, attnMask: mask, name: "sdpa" });
+  }
+  const [, Hkv, G, hd] = q.shape;
+  const ctx = cache.k.shape[2];
+  // 1/√hd on q (G·hd values) rather than on the scores, which also keeps q·k well inside fp16
+  const qs = b.mul({ x: q, y: scalar(1 / Math.sqrt(hd), q), name: "q_scaled" });
+  const sCache = b.matmul({ x: qs, y: cache.k, transposeY: true, name: "scores_cache" }); // [1, Hkv, G, ctx]
+  const sNew = b.reduceSum({
+    x: b.mul({ x: qs, y: kNew, name: "qk_new" }),
+    axes: [3],
+    keepDims: true,
+    name: "score_new",
+  }); // [1, Hkv, G, 1]
+  const scores = b.add({
+    x: b.concat({ values: [sCache, sNew], axis: 3, name: "scores_cat" }),
+    y: mask,
+    name: "scores",
+  }); // [1, Hkv, G, ctx+1]
+  const p = b.softmax({ x: scores, axis: 3, name: "probs" });
+  const pCache = b.sliceByIndex({ x: p, begin: [0, 0, 0, 0], end: [1, Hkv, G, ctx], name: "probs_cache" });
+  const pNew = b.sliceByIndex({ x: p, begin: [0, 0, 0, ctx], end: [1, Hkv, G, ctx + 1], name: "probs_new" });
+  const oCache = b.matmul({ x: pCache, y: cache.v, name: "o_cache" }); // [1, Hkv, G, hd]
+  const oNew = b.mul({ x: pNew, y: vNew, name: "o_new" }); // [1, Hkv, G, 1] · [1, Hkv, 1, hd]
+  return b.add({ x: oCache, y: oNew, name: "attn" });
 }
 
-/** x [1, D, 1, 1] (already input-normed), mask [1, 1, 1, keys] → the mixer output and this token's k/v. */
+/** x [1, D, 1, 1] (already input-normed), mask [1, 1, 1, ctx + 1] → the mixer output and this token's k/v. */
 export async function attentionLayer(
   w: GraphWeights,
   layer: number,
   x: MilVar,
   rope: RopeRow,
   mask: MilVar,
-  kv: KvBinding,
+  cache: KvCache,
+  form: AttentionForm,
 ): Promise<AttentionStep> {
   const b = w.b;
   const cfg = w.source.config;
@@ -171,7 +172,7 @@ export async function attentionLayer(
   const p = `layers.${layer}.self_attn.`;
 
   // q_proj: per head [q_h | gate_h]
-  const qg = conv1x1(b, x, await w.conv1x1Weight(`${p}q_proj.weight`, "body"), "qg"); // [1, 2·H·hd, 1, 1]
+  const qg = conv1x1(b, x, await w.conv1x1Weight(`${p}q_proj.weight`), "qg"); // [1, 2·H·hd, 1, 1]
   const qgHeads = b.reshape({ x: qg, shape: [1, H, 1, 2 * hd], name: "qg_heads" });
   const qRaw = b.sliceByIndex({ x: qgHeads, begin: [0, 0, 0, 0], end: [1, H, 1, hd], name: "q_raw" }); // [1, H, 1, hd]
   const gate = b.sliceByIndex({
@@ -181,12 +182,12 @@ export async function attentionLayer(
     name: "gate",
   }); // [1, H, 1, hd]
   const kRaw = b.reshape({
-    x: conv1x1(b, x, await w.conv1x1Weight(`${p}k_proj.weight`, "body"), "k_proj"),
+    x: conv1x1(b, x, await w.conv1x1Weight(`${p}k_proj.weight`), "k_proj"),
     shape: [1, Hkv, 1, hd],
     name: "k_raw",
   });
   const vNew = b.reshape({
-    x: conv1x1(b, x, await w.conv1x1Weight(`${p}v_proj.weight`, "body"), "v_proj"),
+    x: conv1x1(b, x, await w.conv1x1Weight(`${p}v_proj.weight`), "v_proj"),
     shape: [1, Hkv, 1, hd],
     name: "v_new",
   });
@@ -209,28 +210,12 @@ export async function attentionLayer(
     "k_new",
   );
 
-  // keys and values this query attends to
-  let keys: MilVar;
-  let values: MilVar;
-  if (kv.kind === "io") {
-    keys = b.concat({ values: [kv.k, kNew], axis: 2, name: "keys" }); // [1, Hkv, ctx+1, hd]
-    values = b.concat({ values: [kv.v, vNew], axis: 2, name: "values" });
-  } else {
-    ({ keys, values } = kvFromState(b, kv, kNew, vNew, "kv")); // [1, Hkv, ctx, hd]
-  }
-
-  // GQA: query heads h = j·G .. j·G+G-1 are the G query rows of KV head j; SDPA scales by 1/√hd
+  // GQA without expanding K/V: query heads j·G .. j·G+G-1 are the G query rows of KV head j
   const qGroups = b.reshape({ x: q, shape: [1, Hkv, G, hd], name: "q_groups" });
-  const o = b.scaledDotProductAttention({
-    query: qGroups,
-    key: keys,
-    value: values,
-    attnMask: mask,
-    name: "sdpa",
-  }); // [1, Hkv, G, hd]
+  const o = attend(b, form, qGroups, cache, kNew, vNew, mask); // [1, Hkv, G, hd]
   const oFlat = b.reshape({ x: o, shape: [1, H * hd, 1, 1], name: "o" });
   const gateFlat = b.reshape({ x: gate, shape: [1, H * hd, 1, 1], name: "gate_flat" });
   const gated = b.mul({ x: oFlat, y: b.sigmoid({ x: gateFlat, name: "gate_sig" }), name: "gated" });
-  const out = conv1x1(b, gated, await w.conv1x1Weight(`${p}o_proj.weight`, "body"), "out"); // [1, D, 1, 1]
+  const out = conv1x1(b, gated, await w.conv1x1Weight(`${p}o_proj.weight`), "out"); // [1, D, 1, 1]
   return { out, kNew, vNew };
 }

@@ -5,18 +5,20 @@
  *   await using ck = await Qwen35Checkpoint.open(dir);
  *   const w = await MlPackageWriter.create("out/sb_00_01.mlpackage");
  *   const { model, io } = await buildComponent(ck, { kind: "superblocks", first: 0, count: 2 },
- *     { ctx: 1024, quant: { body: { kind: "lut", bits: 4 } }, blobSink: w.blobs });
+ *     { ctx: 1024, quant: { rules: DEFAULT_QUANT_RULES }, blobSink: w.blobs });
  *   await w.finish(model);   // io goes to model.json
  *
  * Weights are read one tensor at a time and streamed to `blobSink` when given (without one, every
  * constant stays in memory — fine for small models and for running the result directly in the ir
  * interpreter). A caller-supplied `builder` (e.g. one function of a MilProgramBuilder) is used
- * instead of a fresh one; its own blob sink, if any, then applies.
+ * instead of a fresh one; its own blob sink, if any, then applies. Every conv/matmul of the result
+ * is checked against the ANE's size limits (limits.ts; AneLimitError names the tensor).
  */
 import { MilBuilder, type MlModel } from "@anemll-qwen35/ir/mil";
 import { buildEmbed } from "./embed.js";
 import { UnsupportedModelError } from "./errors.js";
 import type { ComponentIO } from "./io.js";
+import { checkAneLimits } from "./limits.js";
 import { buildLmHead } from "./lm-head.js";
 import { type BuildOptions, type ComponentSpec, resolveOptions } from "./options.js";
 import { formatWeightQuant } from "./quant.js";
@@ -64,14 +66,16 @@ export async function buildComponent(
   if (spec.kind === "embed") io = await buildEmbed(w, o);
   else if (spec.kind === "superblocks") io = await buildSuperblocks(w, spec.first, spec.count, o);
   else io = await buildLmHead(w, o);
-  const q = o.quant;
+  checkAneLimits(b.function(), describe(spec), (name) => w.tensorOf(name));
+  const rules = o.quant.rules.map((r) => `${r.pattern}=${formatWeightQuant(r.quant)}`);
   const userDefined: Record<string, string> = {
     "com.anemll.component": io.component,
     "com.anemll.dtype": io.dtype,
     "com.anemll.ctx": String(io.ctx),
     "com.anemll.kv": io.state,
-    "com.anemll.quant": `body=${formatWeightQuant(q.body ?? { kind: "none" })} lm_head=${formatWeightQuant(q.lmHead ?? { kind: "none" })} embed=${formatWeightQuant(q.embed ?? { kind: "none" })}`,
+    "com.anemll.quant": rules.join(",") || "none",
   };
+  if (spec.kind === "superblocks") userDefined["com.anemll.attention"] = o.attention;
   if (io.layers.length) userDefined["com.anemll.layers"] = io.layers.join(",");
   const model = b.model({
     metadata: { shortDescription: `Qwen3.5 ${describe(spec)} (anemll-qwen35)`, userDefined },

@@ -62,13 +62,13 @@ export async function gdnLayer(
   const p = `layers.${layer}.linear_attn.`;
 
   // projections
-  const qkv = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_qkv.weight`, "body"), "qkv"); // [1, convDim, 1, 1]
-  const z = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_z.weight`, "body"), "z"); // [1, Hv·dv, 1, 1]
+  const qkv = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_qkv.weight`), "qkv"); // [1, convDim, 1, 1]
+  const z = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_z.weight`), "z"); // [1, Hv·dv, 1, 1]
   const beta = b.sigmoid({
-    x: conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_b.weight`, "body"), "b"),
+    x: conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_b.weight`), "b"),
     name: "beta",
   }); // [1, Hv, 1, 1]
-  const a = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_a.weight`, "body"), "a"); // [1, Hv, 1, 1]
+  const a = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_a.weight`), "a"); // [1, Hv, 1, 1]
 
   // causal depthwise conv over the window [K-1 cached columns | this token], then SiLU
   const column = b.reshape({ x: qkv, shape: [1, convDim, 1], name: "col" });
@@ -137,6 +137,6 @@ export async function gdnLayer(
   const zHeads = b.reshape({ x: z, shape: [1, Hv, 1, dv], name: "z_heads" });
   const gated = b.mul({ x: normed, y: siluTanh(b, zHeads, "z_act"), name: "gated" });
   const flat = b.reshape({ x: gated, shape: [1, valueDim, 1, 1], name: "flat" });
-  const out = conv1x1(b, flat, await w.conv1x1Weight(`${p}out_proj.weight`, "body"), "out"); // [1, D, 1, 1]
+  const out = conv1x1(b, flat, await w.conv1x1Weight(`${p}out_proj.weight`), "out"); // [1, D, 1, 1]
   return { out, conv: convNext, rec: recNext };
 }

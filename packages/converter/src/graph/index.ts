@@ -1,18 +1,21 @@
 /** Qwen3.5 → MIL graph builders for the ANE decode chain (embed · super-blocks · lm_head). */
 export * from "./ane.js";
 export {
+  ATTENTION_FORMS,
+  type AttentionForm,
   type AttentionStep,
   attentionLayer,
-  type KvBinding,
+  type KvCache,
   type RopeRow,
   ropeRow,
   ropeTables,
 } from "./attention.js";
 export { assertConvertible, type BuiltComponent, buildComponent } from "./component.js";
 export { buildEmbed } from "./embed.js";
-export { GraphOptionError, UnsupportedModelError } from "./errors.js";
+export { AneLimitError, GraphOptionError, UnsupportedModelError } from "./errors.js";
 export { type GdnStateIn, type GdnStep, gdnLayer } from "./gdn.js";
 export * from "./io.js";
+export { checkAneLimits } from "./limits.js";
 export { buildLmHead } from "./lm-head.js";
 export { mlp } from "./mlp.js";
 export { rmsNorm1p, zeroCentredGain } from "./norms.js";

@@ -20,14 +20,14 @@ export {
 } from "@anemll-qwen35/ir/chain";
 
 /**
- * Splits `vocab` rows into the fewest pieces of at most `maxRows` rows, as even as possible, in
- * multiples of `unit` rows when `unit` divides the vocabulary (e.g. 248320 rows, 16384 max,
- * unit 8 → 16 × 15520).
+ * Splits `total` rows (or channels) into the fewest pieces of at most `maxRows`, as even as
+ * possible, in multiples of `unit` when `unit` divides the total (e.g. a 248320-row vocabulary,
+ * 16384 max, unit 8 → 16 × 15520; Qwen3.5-27B's 17408 MLP channels → 2 × 8704).
  */
-export function planLmHeadPieces(vocab: number, maxRows: number, unit = 1): LmHeadPiece[] {
-  const u = unit > 1 && vocab % unit === 0 && unit <= maxRows ? unit : 1;
-  const units = vocab / u;
-  let k = Math.ceil(vocab / maxRows);
+export function planPieces(total: number, maxRows: number, unit = 1): LmHeadPiece[] {
+  const u = unit > 1 && total % unit === 0 && unit <= maxRows ? unit : 1;
+  const units = total / u;
+  let k = Math.ceil(total / maxRows);
   while (Math.ceil(units / k) * u > maxRows) k++;
   const per = Math.floor(units / k);
   const extra = units % k;

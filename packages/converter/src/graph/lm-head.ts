@@ -12,10 +12,10 @@
  */
 import { type MilVar, tensorType } from "@anemll-qwen35/ir/mil";
 import { conv1x1 } from "./ane.js";
-import { type ComponentIO, type IoTensor, planLmHeadPieces } from "./io.js";
+import { type ComponentIO, type IoTensor, planPieces } from "./io.js";
 import { rmsNorm1p } from "./norms.js";
 import type { ResolvedOptions } from "./options.js";
-import { DEFAULT_LUT_GROUP_SIZE } from "./quant.js";
+import { lutGroupSize } from "./quant.js";
 import type { GraphWeights } from "./weights.js";
 
 /** hidden [1, D, 1, 1] → logits_i [1, rows_i], or argmax_idx int32 [k] and argmax_val [k]. */
@@ -29,10 +29,9 @@ export async function buildLmHead(w: GraphWeights, o: ResolvedOptions): Promise<
 
   const head = await w.stored("lm_head"); // [V, D]; the embedding when tied
   const V = head.shape[0];
-  const q = o.quant.lmHead;
-  const unit =
-    q?.kind === "lut" && !q.perTensor ? (q.groupSize ?? o.quant.groupSize ?? DEFAULT_LUT_GROUP_SIZE) : 8;
-  const pieces = planLmHeadPieces(V, o.lmHeadMaxRows, unit);
+  const q = w.quantOf("lm_head");
+  const unit = q.kind === "lut" && !q.perTensor ? lutGroupSize(o.quant, q) : 8; // pieces in whole LUT groups
+  const pieces = planPieces(V, o.lmHeadMaxRows, unit);
 
   const outs: IoTensor[] = [];
   const idx: MilVar[] = [];
@@ -43,7 +42,7 @@ export async function buildLmHead(w: GraphWeights, o: ResolvedOptions): Promise<
       piece.rowOffset,
       piece.rowOffset + piece.rows,
       [D, 1, 1],
-      "lmHead",
+      "lm_head",
       `lm_head_${i}_weight`,
     );
     const y = conv1x1(b, x, weight, `lm_head_${i}`); // [1, rows, 1, 1]

@@ -3,9 +3,11 @@
 import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import type { BlobSink } from "@anemll-qwen35/ir/mil";
 import type { KmeansPool } from "../kmeans-pool.js";
+import { ANE_MAX_DIM } from "./ane.js";
+import { ATTENTION_FORMS, type AttentionForm } from "./attention.js";
 import { GraphOptionError } from "./errors.js";
 import type { GraphDType, KvPlacement } from "./io.js";
-import type { QuantOptions } from "./quant.js";
+import { PLAIN_POLICY, type QuantPolicy } from "./quant.js";
 import type { EncodedWeightStore, WeightEncodingReport } from "./weights.js";
 
 /**
@@ -27,12 +29,16 @@ export interface BuildOptions {
   readonly dtype?: GraphDType;
   /** KV cache placement (default "io"); GDN states are inputs/outputs either way. */
   readonly state?: KvPlacement;
-  /** Weight encodings per role (default: all plain). */
-  readonly quant?: QuantOptions;
+  /** The attention core (default "matmul"; see attention.ts). */
+  readonly attention?: AttentionForm;
+  /** How each weight is stored (default: all plain; the converter's default is DEFAULT_QUANT_RULES). */
+  readonly quant?: QuantPolicy;
   /** lm_head: emit argmax_idx / argmax_val instead of logits (default false). */
   readonly argmax?: boolean;
   /** lm_head: most vocabulary rows per piece (default 16384, the ANE's per-dimension limit). */
   readonly lmHeadMaxRows?: number;
+  /** Most intermediate channels per MLP projection; wider MLPs are split (default 16384, the ANE's limit). */
+  readonly mlpMaxChannels?: number;
   /** Receives large constants as they are made (an MlPackageWriter's `blobs`). */
   readonly blobSink?: BlobSink;
   /** Called once per encoded weight with its reconstruction error. */
@@ -47,15 +53,17 @@ export interface BuildOptions {
   readonly store?: EncodedWeightStore;
 }
 
-export const DEFAULT_LM_HEAD_MAX_ROWS = 16384;
+export const DEFAULT_LM_HEAD_MAX_ROWS = ANE_MAX_DIM;
 
 export interface ResolvedOptions {
   readonly ctx: number;
   readonly dtype: GraphDType;
   readonly state: KvPlacement;
-  readonly quant: QuantOptions;
+  readonly attention: AttentionForm;
+  readonly quant: QuantPolicy;
   readonly argmax: boolean;
   readonly lmHeadMaxRows: number;
+  readonly mlpMaxChannels: number;
 }
 
 function positiveInt(field: string, v: unknown): number {
@@ -89,7 +97,11 @@ export function resolveOptions(
   const state = options.state ?? "io";
   if (state !== "io" && state !== "mlstate")
     throw new GraphOptionError("state", `expected "io" or "mlstate", got ${String(state)}`);
+  const attention = options.attention ?? "matmul";
+  if (!ATTENTION_FORMS.includes(attention))
+    throw new GraphOptionError("attention", `expected "matmul" or "sdpa", got ${String(attention)}`);
   const lmHeadMaxRows = positiveInt("lmHeadMaxRows", options.lmHeadMaxRows ?? DEFAULT_LM_HEAD_MAX_ROWS);
+  const mlpMaxChannels = positiveInt("mlpMaxChannels", options.mlpMaxChannels ?? ANE_MAX_DIM);
   if (options.quant?.groupSize !== undefined) positiveInt("quant.groupSize", options.quant.groupSize);
   if (spec.kind === "superblocks") {
     const n = config.superBlocks.length;
@@ -106,5 +118,14 @@ export function resolveOptions(
       `expected "embed", "superblocks" or "lm_head", got ${String((spec as { kind: unknown }).kind)}`,
     );
   }
-  return { ctx, dtype, state, quant: options.quant ?? {}, argmax: options.argmax ?? false, lmHeadMaxRows };
+  return {
+    ctx,
+    dtype,
+    state,
+    attention,
+    quant: options.quant ?? PLAIN_POLICY,
+    argmax: options.argmax ?? false,
+    lmHeadMaxRows,
+    mlpMaxChannels,
+  };
 }

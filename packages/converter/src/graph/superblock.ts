@@ -8,7 +8,14 @@
 import type { SuperBlock } from "@anemll-qwen35/ir/checkpoint";
 import { type MilVar, tensorType } from "@anemll-qwen35/ir/mil";
 import { GDN_V_SCALE, MASK_NEG } from "./ane.js";
-import { type AttentionStep, attentionLayer, type KvBinding, type RopeRow, ropeRow } from "./attention.js";
+import {
+  type AttentionForm,
+  type AttentionStep,
+  attentionLayer,
+  type KvCache,
+  type RopeRow,
+  ropeRow,
+} from "./attention.js";
 import { type GdnStateIn, type GdnStep, gdnLayer } from "./gdn.js";
 import type { ComponentIO, IoTensor } from "./io.js";
 import { mlp } from "./mlp.js";
@@ -21,7 +28,10 @@ export interface StepInputs {
   readonly rope: RopeRow;
   readonly mask: MilVar;
   readonly gdn: ReadonlyMap<number, GdnStateIn>;
-  readonly kv: ReadonlyMap<number, KvBinding>;
+  readonly kv: ReadonlyMap<number, KvCache>;
+  readonly attention: AttentionForm;
+  /** Most intermediate channels per MLP projection (wider MLPs are split: mlp.ts). */
+  readonly mlpMaxChannels: number;
 }
 
 /** What the layers of one step produce besides the hidden state, by layer. */
@@ -49,14 +59,22 @@ export async function decoderLayer(
       mixed = step.out;
     } else {
       const step = await b.scope("attn", () =>
-        attentionLayer(w, layer, x, inputs.rope, inputs.mask, inputs.kv.get(layer) as KvBinding),
+        attentionLayer(
+          w,
+          layer,
+          x,
+          inputs.rope,
+          inputs.mask,
+          inputs.kv.get(layer) as KvCache,
+          inputs.attention,
+        ),
       );
       outputs.attention.set(layer, step);
       mixed = step.out;
     }
     const h1 = b.add({ x: h, y: mixed, name: "mixer_residual" });
     const x2 = await rmsNorm1p(w, `layers.${layer}.post_attention_layernorm.weight`, h1, "post_norm");
-    const m = await b.scope("mlp", () => mlp(w, layer, x2));
+    const m = await b.scope("mlp", () => mlp(w, layer, x2, inputs.mlpMaxChannels));
     return b.add({ x: h1, y: m, name: "mlp_residual" });
   });
 }
@@ -77,6 +95,12 @@ export async function superblock(
 /**
  * The `superblocks` component: super-blocks first..first+count-1 in one function, with its
  * inputs (hidden, position, mask, the GDN states, the KV caches or the KV state) and outputs.
+ *
+ * Attention scores every layer's cached rows and this token's row apart (attention.ts), so the
+ * mask has ctx + 1 keys in both KV placements. With the KV in a Core ML state, the function reads
+ * the state once, and writes all layers' new rows at `position` in one slice_update at its end;
+ * the int32 bounds of that write are computed once, at the start, beside the RoPE gather — the
+ * only run-time-index work of the function — so no int32 op sits between two ANE ops.
  */
 export async function buildSuperblocks(
   w: GraphWeights,
@@ -95,7 +119,7 @@ export async function buildSuperblocks(
   const layers = blocks.flatMap((sb) => [...sb.layers]);
   const gdnLayers = layers.filter((l) => cfg.layerTypes[l] === "linear_attention");
   const attnLayers = layers.filter((l) => cfg.layerTypes[l] === "full_attention");
-  const keys = o.state === "io" ? ctx + 1 : ctx;
+  const keys = ctx + 1;
   const convShape = [1, cfg.convDim, cfg.linearConvKernelDim - 1];
   const recShape = [1, cfg.linearNumValueHeads, cfg.linearKeyHeadDim, cfg.linearValueHeadDim];
   const kvShape = [1, Hkv, ctx, hd];
@@ -115,7 +139,7 @@ export async function buildSuperblocks(
     name: "mask",
     dtype: dt,
     shape: [1, 1, 1, keys],
-    role: { kind: "mask", rule: o.state, keys, maskValue: MASK_NEG },
+    role: { kind: "mask", rule: "io", keys, maskValue: MASK_NEG },
   });
   const gdn = new Map<number, GdnStateIn>();
   for (const L of gdnLayers) {
@@ -133,7 +157,10 @@ export async function buildSuperblocks(
     });
     gdn.set(L, { conv, rec });
   }
-  const kv = new Map<number, KvBinding>();
+  const kv = new Map<number, KvCache>();
+  const n = attnLayers.length;
+  /** mlstate: the state and the bounds of this step's one write. */
+  let kvWrite: { state: MilVar; begin: MilVar; end: MilVar } | undefined;
   if (o.state === "io") {
     for (const L of attnLayers) {
       const k = input({
@@ -148,10 +175,9 @@ export async function buildSuperblocks(
         shape: kvShape,
         role: { kind: "kv_cache", layer: L, part: "v" },
       });
-      kv.set(L, { kind: "io", k, v });
+      kv.set(L, { k, v });
     }
   } else {
-    const n = attnLayers.length;
     const rows = attnLayers.flatMap((L, i) => [
       { row: i, layer: L, part: "k" as const },
       { row: n + i, layer: L, part: "v" as const },
@@ -164,15 +190,61 @@ export async function buildSuperblocks(
       role: { kind: "kv_state", rows: rows.sort((p, q) => p.row - q.row) },
     });
     const state = b.state("kv", tensorType("fp16", shape)); // Core ML states are fp16 in every dtype
+    // [0, 0, position, 0] .. [2n, Hkv, position + 1, hd]
+    const begin = b.concat({
+      values: [b.const([0, 0], "int32", [2]), position, b.const([0], "int32", [1])],
+      axis: 0,
+      name: "kv_write_begin",
+    });
+    const next = b.add({ x: position, y: 1, name: "kv_write_pos1" });
+    const end = b.concat({
+      values: [b.const([2 * n, Hkv], "int32", [2]), next, b.const([hd], "int32", [1])],
+      axis: 0,
+      name: "kv_write_end",
+    });
+    kvWrite = { state, begin, end };
+  }
+  const rope = ropeRow(w, ctx, position); // right after the write bounds: all run-time-index work together
+  const kvRead = kvWrite && b.readState({ input: kvWrite.state, name: "kv_read" }); // [2n, Hkv, ctx, hd]
+  if (kvRead) {
+    const rowsOf = (row: number, name: string) => {
+      const x = b.sliceByIndex({ x: kvRead, begin: [row, 0, 0, 0], end: [row + 1, Hkv, ctx, hd], name });
+      return dt === "fp16" ? x : b.cast({ x, dtype: "fp32", name: `${name}_f32` }); // fp32 graphs
+    };
     for (const [i, L] of attnLayers.entries())
-      kv.set(L, { kind: "mlstate", state, kRow: i, vRow: n + i, position });
+      kv.set(L, { k: rowsOf(i, `kv${L}_k_rows`), v: rowsOf(n + i, `kv${L}_v_rows`) });
   }
 
-  const inputs: StepInputs = { rope: ropeRow(w, ctx, position), mask, gdn, kv };
+  const inputs: StepInputs = {
+    rope,
+    mask,
+    gdn,
+    kv,
+    attention: o.attention,
+    mlpMaxChannels: o.mlpMaxChannels,
+  };
   const outputs: StepOutputs = { gdn: new Map(), attention: new Map() };
   let h = hidden;
   for (const sb of blocks) h = await superblock(w, sb, h, inputs, outputs);
 
+  if (kvWrite && kvRead) {
+    // every layer's new k row, then every v row, in state-row order: [2n, Hkv, 1, hd]
+    const steps = attnLayers.map((L) => outputs.attention.get(L) as AttentionStep);
+    let update = b.concat({
+      values: [...steps.map((s) => s.kNew), ...steps.map((s) => s.vNew)],
+      axis: 0,
+      name: "kv_new_rows",
+    });
+    if (update.dtype !== "fp16") update = b.cast({ x: update, dtype: "fp16", name: "kv_new_rows_f16" });
+    const written = b.sliceUpdate({
+      x: kvRead,
+      update,
+      begin: kvWrite.begin,
+      end: kvWrite.end,
+      name: "kv_write",
+    });
+    b.writeState({ input: kvWrite.state, data: written });
+  }
   const output = (t: IoTensor, v: MilVar) => {
     outs.push(t);
     b.output(t.name, v);
@@ -225,7 +297,7 @@ export async function buildSuperblocks(
 
   const notes = [
     `gdn{L}_rec holds ${GDN_V_SCALE}·S (v is scaled by ${GDN_V_SCALE} for fp16 safety); zero-initialise it at sequence start like the reference state`,
-    `mask: ${o.state === "io" ? "0 for key rows < position and for the last key (this token), " : "0 for key rows <= position, "}${MASK_NEG} elsewhere`,
+    `mask: 0 for key rows < position and for the last key (this token), ${MASK_NEG} elsewhere`,
   ];
   if (o.state === "mlstate" && dt === "fp32")
     notes.push("the KV state is fp16 (Core ML states are fp16 only); this fp32 graph casts around it");

@@ -20,13 +20,7 @@ import type { MilBuilder, MilData, MilDType, MilVar } from "@anemll-qwen35/ir/mi
 import type { KmeansPool } from "../kmeans-pool.js";
 import { palettize, type ReconstructionError, reconstructionErrorOf } from "../palettize.js";
 import { dequantizeInt8, quantizeInt8 } from "../quantize-int8.js";
-import {
-  DEFAULT_LUT_GROUP_SIZE,
-  NO_QUANT,
-  type QuantOptions,
-  type WeightQuant,
-  type WeightRole,
-} from "./quant.js";
+import { lutGroupSize, type QuantPolicy, quantFor, type WeightQuant, type WeightTarget } from "./quant.js";
 
 /**
  * Where weights come from: canonical names (see ir's checkpoint/weights.ts) → stored tensors.
@@ -42,7 +36,9 @@ export interface WeightSource {
 export interface WeightEncodingReport {
   /** The constant's name in the graph (derived from the canonical tensor name). */
   readonly name: string;
-  readonly role: WeightRole;
+  /** The checkpoint tensor (canonical name) and its role in ir's parameter table (`lm_head` for a tied head). */
+  readonly tensor: string;
+  readonly role: string;
   /** e.g. "fp16", "lut4,g8", "lut6,per-tensor", "int8,b128". */
   readonly encoding: string;
   readonly shape: readonly number[];
@@ -59,7 +55,7 @@ export interface WeightEncodingReport {
 
 export interface GraphWeightsOptions {
   readonly dtype: "fp16" | "fp32";
-  readonly quant: QuantOptions;
+  readonly quant: QuantPolicy;
   readonly onWeight?: (r: WeightEncodingReport) => void;
   readonly signal?: AbortSignal;
   /** 1 = k-means on the main thread only (default: the pool's workers). */
@@ -127,6 +123,8 @@ export class GraphWeights {
   readonly dtype: "fp16" | "fp32";
   private readonly opts: GraphWeightsOptions;
   private readonly params: ReadonlyMap<string, Qwen35Parameter>;
+  /** Weight constant name → the checkpoint tensor it holds (for messages that name the tensor). */
+  private readonly constants = new Map<string, string>();
 
   constructor(b: MilBuilder, source: WeightSource, opts: GraphWeightsOptions) {
     this.b = b;
@@ -163,19 +161,66 @@ export class GraphWeights {
 
   /** A checkpoint tensor (or values folded from it) as a constant, named for the tensor in any scope. */
   tensorConstant(canonical: string, values: Float32Array, shape: readonly number[], suffix = ""): MilVar {
-    return this.b.unscoped(() => this.constant(values, shape, `${milName(canonical)}${suffix}`));
+    const v = this.b.unscoped(() => this.constant(values, shape, `${milName(canonical)}${suffix}`));
+    this.constants.set(v.name, canonical);
+    return v;
+  }
+
+  /** The checkpoint tensor a weight constant (by op name) was made from. */
+  tensorOf(constName: string): string | undefined {
+    return this.constants.get(constName);
+  }
+
+  /** The tensor as the quantization policy sees it (a tied head is the lm_head, not the embedding). */
+  target(canonical: string): WeightTarget {
+    return { canonical, role: canonical === "lm_head" ? "lm_head" : this.param(canonical).role };
+  }
+
+  /** How the policy stores `canonical`. */
+  quantOf(canonical: string): WeightQuant {
+    return quantFor(this.opts.quant, this.target(canonical));
   }
 
   /**
    * A projection weight [Cout, Cin] as a 1×1 conv weight [Cout, Cin, 1, 1] (channels-first
-   * layout, see ane.ts), stored as the role says.
+   * layout, see ane.ts), stored as the policy says.
    */
-  async conv1x1Weight(canonical: string, role: WeightRole): Promise<MilVar> {
+  async conv1x1Weight(canonical: string): Promise<MilVar> {
+    const t = await this.projection(canonical);
+    const [cout, cin] = t.shape;
+    return this.encodeRows(t, 0, cout, [cin, 1, 1], canonical, milName(canonical));
+  }
+
+  /**
+   * Part of a projection as a 1×1 conv weight: output rows [rows.rowOffset, +rows) or input
+   * columns [cols.rowOffset, +cols) (for splitting a projection wider than the ANE handles),
+   * named `<tensor>_<suffix>`.
+   */
+  async conv1x1WeightPiece(
+    canonical: string,
+    piece: { readonly rowOffset: number; readonly rows: number },
+    along: "rows" | "cols",
+    suffix: string,
+  ): Promise<MilVar> {
+    const t = await this.projection(canonical);
+    const [cout, cin] = t.shape;
+    const name = `${milName(canonical)}_${suffix}`;
+    if (along === "rows")
+      return this.encodeRows(t, piece.rowOffset, piece.rowOffset + piece.rows, [cin, 1, 1], canonical, name);
+    const data = t.data.constructor as new (n: number) => Tensor["data"];
+    const cols = new data(cout * piece.rows);
+    for (let r = 0; r < cout; r++) {
+      const from = r * cin + piece.rowOffset;
+      cols.set(t.data.subarray(from, from + piece.rows) as never, r * piece.rows);
+    }
+    const part: Tensor = { dtype: t.dtype, shape: [cout, piece.rows], data: cols };
+    return this.encodeRows(part, 0, cout, [piece.rows, 1, 1], canonical, name);
+  }
+
+  private async projection(canonical: string): Promise<Tensor> {
     if (this.param(canonical).kind !== "projection")
       throw new AnemllError("E_NOT_A_PROJECTION", `"${canonical}" is not a projection matrix`);
-    const t = await this.stored(canonical);
-    const [cout, cin] = t.shape;
-    return this.encodeRows(t, 0, cout, [cin, 1, 1], role, milName(canonical));
+    return this.stored(canonical);
   }
 
   /**
@@ -183,19 +228,19 @@ export class GraphWeights {
    * of shape [end − start, ...tail] and returns the dense weight var: a const, or the output of
    * a constexpr decompression op. Rows are converted to fp32 in chunks (whole groups), so a
    * vocabulary-sized table never exists in fp32 at once — except for a per-tensor LUT, whose
-   * k-means needs every value.
+   * k-means needs every value. `canonical` names the tensor whose encoding the policy decides.
    */
   async encodeRows(
     t: Tensor,
     start: number,
     end: number,
     tail: readonly number[],
-    role: WeightRole,
+    canonical: string,
     name: string,
   ): Promise<MilVar> {
     try {
       // weights are named for their tensor, not for where the graph uses them
-      return await this.b.unscoped(() => this.encodeUnchecked(t, start, end, tail, role, name));
+      return await this.b.unscoped(() => this.encodeUnchecked(t, start, end, tail, canonical, name));
     } catch (e) {
       if (e instanceof WeightEncodingError || this.opts.signal?.aborted) throw e;
       throw new WeightEncodingError(name, e);
@@ -207,10 +252,11 @@ export class GraphWeights {
     start: number,
     end: number,
     tail: readonly number[],
-    role: WeightRole,
+    canonical: string,
     name: string,
   ): Promise<MilVar> {
-    const q: WeightQuant = this.opts.quant[role] ?? NO_QUANT;
+    const target = this.target(canonical);
+    const q = quantFor(this.opts.quant, target);
     const store = q.kind === "lut" ? this.opts.store : undefined;
     const key = store ? this.weightKey(t, start, end, tail, q, name) : "";
     const reused = store ? await store.reuse(key) : undefined;
@@ -236,7 +282,17 @@ export class GraphWeights {
       v = this.b.const(e.data, dtype, e.shape, { name });
     }
     const { encoding, bits, shape, error } = e;
-    this.opts.onWeight?.({ name, role, encoding, shape, bits, ...error, reused: reused !== undefined });
+    this.constants.set(v.name, canonical);
+    this.opts.onWeight?.({
+      name,
+      tensor: canonical,
+      role: target.role,
+      encoding,
+      shape,
+      bits,
+      ...error,
+      reused: reused !== undefined,
+    });
     return v;
   }
 
@@ -253,7 +309,7 @@ export class GraphWeights {
     const d = t.data as Exclude<Tensor["data"], BigInt64Array>;
     const rows = d.subarray(start * cols, end * cols);
     const stored = crc32(new Uint8Array(rows.buffer, rows.byteOffset, rows.byteLength));
-    const groupSize = this.opts.quant.groupSize ?? DEFAULT_LUT_GROUP_SIZE;
+    const groupSize = q.kind === "lut" ? lutGroupSize(this.opts.quant, q) : 0;
     return createHash("sha256")
       .update(
         JSON.stringify({
@@ -305,7 +361,7 @@ export class GraphWeights {
       }
     };
     if (q.kind === "lut") {
-      const wanted = q.groupSize ?? this.opts.quant.groupSize ?? DEFAULT_LUT_GROUP_SIZE;
+      const wanted = lutGroupSize(this.opts.quant, q);
       // a group must divide the output channels: tiny projections (Hv rows) get gcd(rows, group)
       const groupSize = q.perTensor ? rows : gcd(rows, wanted);
       const k = 2 ** q.bits;

@@ -32,10 +32,13 @@ export const MASK_NEG = -65504;
 
 /**
  * How the host fills `mask` at position p (additive; MASK_NEG for hidden keys):
- *   "io":      keys = ctx + 1 (the cache rows, then this token's own row):
- *              mask[j] = 0 for j < p and for j = ctx, MASK_NEG otherwise.
+ *   "io":      keys = ctx + 1 (the cached rows — the host's cache, or the KV state as read before
+ *              this step writes its row — then this token's own row):
+ *              mask[j] = 0 for j < p and for j = ctx, MASK_NEG otherwise. The converter writes it
+ *              for both KV placements.
  *   "mlstate": keys = ctx (the state rows, this token's row already written at p):
- *              mask[j] = 0 for j ≤ p, MASK_NEG otherwise.
+ *              mask[j] = 0 for j ≤ p, MASK_NEG otherwise. Written by earlier converter builds for
+ *              mlstate packages; still run.
  */
 export type MaskRule = "io" | "mlstate";
 
@@ -194,11 +197,18 @@ export const chainManifestSchema = z.object({
   fuse: z.union([z.number().int().positive(), z.literal("all")]),
   state: z.enum(["io", "mlstate"]),
   dtype: z.enum(["fp16", "fp32"]),
+  /** The super-blocks' attention core (absent in folders written before it was a choice: sdpa). */
+  attention: z.enum(["matmul", "sdpa"]).optional(),
   quantization: z.object({
+    /** One encoding for every super-block projection, or "mixed" (see `encodings`). */
     body: z.string(),
     lmHead: z.string(),
     embed: z.string(),
     groupSize: z.number().int(),
+    /** The quantization policy as the converter took it: preset, then pattern=encoding rules. */
+    policy: z.string().optional(),
+    /** What the policy gave each tensor role (or canonical tensor, where a role's tensors differ). */
+    encodings: z.record(z.string(), z.string()).optional(),
   }),
   argmax: z.boolean(),
   components: z.array(componentSchema).min(3),
