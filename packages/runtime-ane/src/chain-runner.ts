@@ -9,12 +9,15 @@ import { join } from "node:path";
 import { AnemllError, type Tensor } from "@anemll-qwen35/core";
 import {
   ContextOverflowError,
+  SnapshotMismatchError,
+  type StateSnapshot,
   type StepModel,
   type StepOptions,
   type StepOutput,
 } from "@anemll-qwen35/generate";
 import {
   type ChainManifest,
+  type ComponentSnapshot,
   ChainStepper,
   readChainManifest,
   type StatePlan,
@@ -53,6 +56,30 @@ export class ChainLoadError extends AnemllError {
   constructor(component: string, message: string, options?: { cause?: unknown }) {
     super("E_CHAIN_LOAD", `${component}: ${message}`, options);
     this.component = component;
+  }
+}
+
+/** A ChainRunner's state: every super-block's buffers (KV rows written so far) and the tokens consumed. */
+class ChainSnapshot implements StateSnapshot {
+  readonly bytes: number;
+  private blocks: readonly (ComponentSnapshot | undefined)[] | undefined;
+  constructor(
+    readonly owner: ChainRunner,
+    readonly history: Int32Array,
+    blocks: readonly (ComponentSnapshot | undefined)[],
+  ) {
+    this.blocks = blocks;
+    this.bytes = history.byteLength + blocks.reduce((n, b) => n + (b?.bytes ?? 0), 0);
+  }
+  get position(): number {
+    return this.history.length;
+  }
+  /** The super-blocks' copies (undefined once disposed). */
+  get states(): readonly (ComponentSnapshot | undefined)[] | undefined {
+    return this.blocks;
+  }
+  dispose(): void {
+    this.blocks = undefined;
   }
 }
 
@@ -153,6 +180,24 @@ export class ChainRunner implements StepModel {
     this.stepper.reset();
   }
 
+  /** Copies every super-block's state (KV caches up to the rows written) and the tokens consumed. */
+  async snapshot(): Promise<StateSnapshot> {
+    this.checkLive();
+    const rows = Math.min(this.history.length, this.contextLength);
+    return new ChainSnapshot(this, Int32Array.from(this.history), await this.stepper.snapshot(rows));
+  }
+
+  /** Puts back a snapshot this runner took; the next token continues from its position. */
+  async restore(snapshot: StateSnapshot): Promise<void> {
+    this.checkLive();
+    if (!(snapshot instanceof ChainSnapshot) || snapshot.owner !== this)
+      throw new SnapshotMismatchError("this snapshot was not taken from this chain");
+    const states = snapshot.states;
+    if (!states) throw new SnapshotMismatchError("this snapshot was disposed");
+    await this.stepper.restore(states);
+    this.history = Array.from(snapshot.history);
+  }
+
   async prefill(ids: Int32Array | number[], opts: StepOptions = {}): Promise<StepOutput> {
     const tokens = Array.from(ids);
     if (tokens.length === 0) throw new AnemllError("E_EMPTY_PROMPT", "prefill needs at least one token");
@@ -190,8 +235,12 @@ export class ChainRunner implements StepModel {
     return out ?? { logits: new Float32Array(0) };
   }
 
-  private async step(token: number, withHead: boolean): Promise<StepOutput | undefined> {
+  private checkLive(): void {
     if (this.disposed) throw new AnemllError("E_DISPOSED", "the chain was disposed");
+  }
+
+  private async step(token: number, withHead: boolean): Promise<StepOutput | undefined> {
+    this.checkLive();
     const r = await this.stepper.step(token, this.history.length, withHead);
     this.history.push(token);
     return r.head;

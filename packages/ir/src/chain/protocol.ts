@@ -6,15 +6,27 @@
  * caches, Core ML states) are kept by the component, as its state.ts plan says: per step the
  * protocol feeds only hidden state, position and mask, and reads back hidden state or logits.
  */
-import { f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
+import { f32ToF16Bits, InvalidArgumentError, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
 import { argmaxToken, ChainProtocolError, type ComponentIO, decodeMask, type IoTensor } from "./contract.js";
 import { ropeCosSin } from "./rope.js";
 import { hostInputs, isStateless, type StatePlan, statePlan } from "./state.js";
 
-/** What a component keeps between steps (see ChainComponent.newState); the protocol only resets it. */
+/** What a component keeps between steps (see ChainComponent.newState); the protocol resets and copies it. */
 export interface ChainComponentState {
   /** Zeroes every kept buffer (sequence start); ordered before the next predict(). */
   reset(): void;
+  /**
+   * A copy of every kept buffer (KV caches: rows [0, rows), the others are zeros), taken after the
+   * predictions asked for before.
+   */
+  snapshot(rows: number): Promise<ComponentSnapshot>;
+  /** Puts a snapshot of a state of the same plan back, before the predictions asked for after. */
+  restore(snapshot: ComponentSnapshot): Promise<void>;
+}
+
+/** A copy of one component's state; `bytes` is what it holds. */
+export interface ComponentSnapshot {
+  readonly bytes: number;
 }
 
 /** One loaded component as the protocol drives it. */
@@ -114,6 +126,29 @@ export class ChainStepper {
   /** Zeroes every state (sequence start). */
   reset(): void {
     for (const s of this.blocks) s.state?.reset();
+  }
+
+  /** A copy of every super-block's state (KV caches up to row `rows`), in order. */
+  async snapshot(rows: number): Promise<(ComponentSnapshot | undefined)[]> {
+    return Promise.all(this.blocks.map((s) => s.state?.snapshot(rows)));
+  }
+
+  /** Puts back what snapshot() returned (of this stepper's components). */
+  async restore(snapshots: readonly (ComponentSnapshot | undefined)[]): Promise<void> {
+    if (snapshots.length !== this.blocks.length)
+      throw new InvalidArgumentError(
+        `a snapshot of ${snapshots.length} super-block states cannot be restored into ${this.blocks.length}`,
+      );
+    await Promise.all(
+      this.blocks.map(async (s, i) => {
+        const snap = snapshots[i];
+        if (!s.state || !snap) {
+          if (s.state || snap) throw new InvalidArgumentError(`${s.c.name}: the snapshot does not match its state`);
+          return;
+        }
+        await s.state.restore(snap);
+      }),
+    );
   }
 
   /** Runs `token` at `position` (0 ≤ position < ctx); the lm_head only when `withHead`. */
