@@ -70,8 +70,8 @@ export interface ServedModel {
 /** The prompt cache of each model: on with this budget (and minimum prefix), or off (false). */
 export type PromptCacheSettings = Partial<PromptCacheOptions> | false;
 
-/** Each model's default prompt-cache budget: 1 GiB. */
-export const DEFAULT_PROMPT_CACHE_BYTES = 1024 * 1024 * 1024;
+/** Each model's default prompt-cache budget: 1 GB. */
+export const DEFAULT_PROMPT_CACHE_BYTES = 1_000_000_000;
 
 /** Opens every source (in order; on failure, what was opened is disposed) and checks the names. */
 export async function openModels(

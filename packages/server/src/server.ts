@@ -49,7 +49,7 @@ export interface ServerOptions {
   drainMs?: number;
   /**
    * Each model's prompt cache: snapshots of its state by prompt prefix, so that requests sharing a
-   * system prompt and tools skip that prefill. Default on, 1 GiB per model (`maxBytes`); `false`
+   * system prompt and tools skip that prefill. Default on, 1 GB per model (`maxBytes`); `false`
    * turns it off. Models that cannot snapshot their state run without one.
    */
   promptCache?: PromptCacheSettings;
