@@ -1,7 +1,7 @@
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
   generate,
-  InvalidArgumentError,
   loadTokenizer,
   PromptCache,
   type StateSnapshot,
