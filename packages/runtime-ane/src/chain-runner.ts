@@ -6,7 +6,7 @@
  * and implements generate's StepModel so the shared text loop drives it.
  */
 import { join } from "node:path";
-import { AnemllError, type Tensor } from "@anemll-qwen35/core";
+import { AnemllError, InvalidArgumentError, type Tensor } from "@anemll-qwen35/core";
 import {
   ContextOverflowError,
   SnapshotMismatchError,
@@ -32,11 +32,16 @@ export interface LoadChainOptions {
   /**
    * What happens when prompt + generated tokens exceed the context: "error" (default) throws
    * ContextOverflowError; "slide" restarts from the most recent tokens (GDN state cannot be
-   * truncated, so the kept window is prefilled again).
+   * truncated, so the kept window is prefilled again); "ring" keeps going: KV row p mod ctx (past
+   * `ringSinks` rows that keep the first tokens), so attention sees the sinks and the last
+   * ctx − ringSinks tokens while the GatedDeltaNet layers keep their state over the whole history
+   * (see the README on what that means for quality).
    */
-  contextOverflow?: "error" | "slide";
+  contextOverflow?: ContextOverflow;
   /** "slide": the fraction of the context kept when the window moves (default 0.5). */
   slideKeep?: number;
+  /** "ring": KV rows that keep the first tokens for good (attention sinks; default 4). */
+  ringSinks?: number;
   /**
    * Check every package against model.json's sha256 before loading (default true; digests are
    * cached by the packages' file sizes and times, see ir/chain's verifyChainPackages).
@@ -48,6 +53,29 @@ export interface LoadChainOptions {
       | { stage: "verify"; component: string },
   ) => void;
   signal?: AbortSignal;
+}
+
+export type ContextOverflow = "error" | "slide" | "ring";
+
+export const DEFAULT_RING_SINKS = 4;
+
+/**
+ * Ring mode reached a position its packages cannot take: they read RoPE from a table with a row
+ * per position up to ctx (chains converted before host-side RoPE).
+ */
+export class PositionLimitError extends AnemllError {
+  readonly position: number;
+  readonly limit: number;
+  constructor(position: number, limit: number) {
+    super(
+      "E_POSITION_LIMIT",
+      `position ${position} is past what this chain can encode (${limit} positions: its packages read RoPE ` +
+        "from a table of ctx rows); ring mode past the context needs packages that take RoPE from the host " +
+        "(convert the model again with a newer converter), or use --context-overflow slide",
+    );
+    this.position = position;
+    this.limit = limit;
+  }
 }
 
 /** A package of the chain is missing or disagrees with model.json. */
@@ -65,14 +93,13 @@ class ChainSnapshot implements StateSnapshot {
   private blocks: readonly (ComponentSnapshot | undefined)[] | undefined;
   constructor(
     readonly owner: ChainRunner,
+    readonly position: number,
+    /** The tokens a slide would prefill again (slide mode only). */
     readonly history: Int32Array,
     blocks: readonly (ComponentSnapshot | undefined)[],
   ) {
     this.blocks = blocks;
     this.bytes = history.byteLength + blocks.reduce((n, b) => n + (b?.bytes ?? 0), 0);
-  }
-  get position(): number {
-    return this.history.length;
   }
   /** The super-blocks' copies (undefined once disposed). */
   get states(): readonly (ComponentSnapshot | undefined)[] | undefined {
@@ -91,9 +118,11 @@ export class ChainRunner implements StepModel {
   readonly outputKind: "logits" | "top1";
   private readonly components: readonly LoadedComponent[];
   private readonly stepper: ChainStepper;
-  private readonly overflow: "error" | "slide";
+  private readonly overflow: ContextOverflow;
   private readonly slideKeep: number;
-  /** Every token consumed since reset (needed to refill the window when sliding). */
+  /** Tokens consumed since reset. */
+  private pos = 0;
+  /** "slide": every token consumed since reset (to refill the window when sliding). */
   private history: number[] = [];
   private disposed = false;
 
@@ -107,7 +136,6 @@ export class ChainRunner implements StepModel {
     this.dir = dir;
     this.manifest = manifest;
     this.backend = backend;
-    this.contextLength = manifest.ctx;
     this.outputKind = manifest.argmax ? "top1" : "logits";
     this.components = loaded;
     const parts = manifest.components.map((entry, i) => ({
@@ -117,8 +145,15 @@ export class ChainRunner implements StepModel {
       predict: (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) =>
         loaded[i].predict(inputs, state, position),
     }));
-    this.stepper = new ChainStepper(parts[0], parts.slice(1, -1), parts[parts.length - 1]);
     this.overflow = o.contextOverflow ?? "error";
+    const sinks = o.ringSinks ?? DEFAULT_RING_SINKS;
+    if (this.overflow === "ring" && (!Number.isInteger(sinks) || sinks < 0 || sinks >= manifest.ctx))
+      throw new InvalidArgumentError(`ringSinks must be an integer in [0, ${manifest.ctx}), got ${sinks}`);
+    this.stepper = new ChainStepper(parts[0], parts.slice(1, -1), parts[parts.length - 1], {
+      ring: this.overflow === "ring" ? { sinks } : undefined,
+    });
+    // ring: as many positions as the packages can encode
+    this.contextLength = this.overflow === "ring" ? this.stepper.positionLimit : manifest.ctx;
     this.slideKeep = o.slideKeep ?? 0.5;
   }
 
@@ -172,10 +207,11 @@ export class ChainRunner implements StepModel {
   }
 
   get position(): number {
-    return this.history.length;
+    return this.pos;
   }
 
   reset(): void {
+    this.pos = 0;
     this.history = [];
     this.stepper.reset();
   }
@@ -183,8 +219,8 @@ export class ChainRunner implements StepModel {
   /** Copies every super-block's state (KV caches up to the rows written) and the tokens consumed. */
   async snapshot(): Promise<StateSnapshot> {
     this.checkLive();
-    const rows = Math.min(this.history.length, this.contextLength);
-    return new ChainSnapshot(this, Int32Array.from(this.history), await this.stepper.snapshot(rows));
+    const rows = Math.min(this.pos, this.manifest.ctx);
+    return new ChainSnapshot(this, this.pos, Int32Array.from(this.history), await this.stepper.snapshot(rows));
   }
 
   /** Puts back a snapshot this runner took; the next token continues from its position. */
@@ -195,6 +231,7 @@ export class ChainRunner implements StepModel {
     const states = snapshot.states;
     if (!states) throw new SnapshotMismatchError("this snapshot was disposed");
     await this.stepper.restore(states);
+    this.pos = snapshot.position;
     this.history = Array.from(snapshot.history);
   }
 
@@ -202,6 +239,7 @@ export class ChainRunner implements StepModel {
     const tokens = Array.from(ids);
     if (tokens.length === 0) throw new AnemllError("E_EMPTY_PROMPT", "prefill needs at least one token");
     if (this.position + tokens.length > this.contextLength) {
+      if (this.overflow === "ring") throw new PositionLimitError(this.position + tokens.length - 1, this.contextLength);
       if (this.overflow === "error")
         throw new ContextOverflowError(this.position + tokens.length, this.contextLength);
       // keep the most recent tokens that fit, leaving room to generate
@@ -215,6 +253,7 @@ export class ChainRunner implements StepModel {
 
   async decode(id: number, opts: StepOptions = {}): Promise<StepOutput> {
     if (this.position >= this.contextLength) {
+      if (this.overflow === "ring") throw new PositionLimitError(this.position, this.contextLength);
       if (this.overflow === "error") throw new ContextOverflowError(this.position + 1, this.contextLength);
       const keep = Math.max(1, Math.floor(this.contextLength * this.slideKeep) - 1);
       const window = this.history.slice(-keep);
@@ -241,8 +280,9 @@ export class ChainRunner implements StepModel {
 
   private async step(token: number, withHead: boolean): Promise<StepOutput | undefined> {
     this.checkLive();
-    const r = await this.stepper.step(token, this.history.length, withHead);
-    this.history.push(token);
+    const r = await this.stepper.step(token, this.pos, withHead);
+    this.pos++;
+    if (this.overflow === "slide") this.history.push(token);
     return r.head;
   }
 

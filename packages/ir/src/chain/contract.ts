@@ -133,6 +133,39 @@ export function decodeMask(rule: MaskRule, ctx: number, position: number): Float
   return m;
 }
 
+/**
+ * Ring-buffer KV (a runner's context overflow "ring"): the KV row of the token at `position`.
+ * Rows [0, sinks) keep the first `sinks` tokens for good (attention sinks); from `ctx` on, the
+ * other rows are reused in turn, so the cache holds the sinks and the most recent ctx − sinks
+ * tokens. Below ctx it is the position itself.
+ */
+export function ringRow(ctx: number, sinks: number, position: number): number {
+  checkRing(ctx, sinks, position);
+  return position < ctx ? position : sinks + ((position - sinks) % (ctx - sinks));
+}
+
+/**
+ * The mask for the token at `position` with ring-buffer KV (see ringRow): below ctx, decodeMask;
+ * from ctx on every cache row holds a token of the window, except (io) the row this token's K/V
+ * will replace — its token has just left the window — so each query sees the sinks and the most
+ * recent ctx − sinks tokens, itself included.
+ */
+export function ringMask(rule: MaskRule, ctx: number, sinks: number, position: number): Float32Array {
+  checkRing(ctx, sinks, position);
+  if (position < ctx) return decodeMask(rule, ctx, position);
+  if (rule === "mlstate") return new Float32Array(ctx);
+  const m = new Float32Array(ctx + 1);
+  m[ringRow(ctx, sinks, position)] = MASK_NEG;
+  return m;
+}
+
+function checkRing(ctx: number, sinks: number, position: number): void {
+  if (!Number.isInteger(sinks) || sinks < 0 || sinks >= ctx)
+    throw new InvalidArgumentError(`ring KV: sinks must be an integer in [0, ${ctx}), got ${sinks}`);
+  if (!Number.isInteger(position) || position < 0)
+    throw new InvalidArgumentError(`position ${position} is not a non-negative integer`);
+}
+
 /** The vocabulary id picked by an argmax-mode lm_head (largest value; first piece on ties). */
 export function argmaxToken(
   rowOffsets: readonly number[],

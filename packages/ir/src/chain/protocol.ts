@@ -7,7 +7,15 @@
  * protocol feeds only hidden state, position and mask, and reads back hidden state or logits.
  */
 import { f32ToF16Bits, InvalidArgumentError, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
-import { argmaxToken, ChainProtocolError, type ComponentIO, decodeMask, type IoTensor } from "./contract.js";
+import {
+  argmaxToken,
+  ChainProtocolError,
+  type ComponentIO,
+  decodeMask,
+  type IoTensor,
+  ringMask,
+  ringRow,
+} from "./contract.js";
 import { ropeCosSin } from "./rope.js";
 import { hostInputs, isStateless, type StatePlan, statePlan } from "./state.js";
 
@@ -59,8 +67,13 @@ export interface ChainStepResult {
   readonly head?: HeadOutput;
 }
 
+/** Positions a chain with host RoPE can take (the position input is int32). */
+export const MAX_POSITIONS = 2 ** 31 - 1;
+
 interface Block {
   readonly c: ChainComponent;
+  /** Takes RoPE as inputs (role "rope"); its position input is then only the mlstate KV row. */
+  readonly hostRope: boolean;
   readonly inputs: readonly IoTensor[];
   readonly hiddenOut: IoTensor;
   readonly state: ChainComponentState | undefined;
@@ -101,13 +114,29 @@ export function readHeadOutputs(head: ChainComponent, outputs: Record<string, Te
   return { logits };
 }
 
+export interface ChainStepperOptions {
+  /**
+   * Ring-buffer KV past the context (see ringRow / ringMask): the token at position p writes KV
+   * row ringRow(ctx, sinks, p) and sees the sinks and the most recent ctx − sinks tokens; the
+   * GatedDeltaNet states carry on over the whole history.
+   */
+  readonly ring?: { readonly sinks: number };
+}
+
 /** embed → super-blocks → lm_head for one token at a time; each super-block keeps its own state. */
 export class ChainStepper {
   private readonly embed: ChainComponent;
   private readonly blocks: Block[];
   private readonly head: ChainComponent;
+  private readonly ring: { readonly sinks: number } | undefined;
 
-  constructor(embed: ChainComponent, superblocks: readonly ChainComponent[], head: ChainComponent) {
+  constructor(
+    embed: ChainComponent,
+    superblocks: readonly ChainComponent[],
+    head: ChainComponent,
+    o: ChainStepperOptions = {},
+  ) {
+    this.ring = o.ring;
     this.embed = embed;
     this.blocks = superblocks.map((c) => {
       const plan = statePlan(c.name, c.io);
@@ -117,6 +146,7 @@ export class ChainStepper {
         c,
         inputs: hostInputs(c.io),
         hiddenOut,
+        hostRope: c.io.inputs.some((t) => t.role.kind === "rope"),
         state: isStateless(plan) ? undefined : c.newState(plan),
       };
     });
@@ -143,7 +173,8 @@ export class ChainStepper {
       this.blocks.map(async (s, i) => {
         const snap = snapshots[i];
         if (!s.state || !snap) {
-          if (s.state || snap) throw new InvalidArgumentError(`${s.c.name}: the snapshot does not match its state`);
+          if (s.state || snap)
+            throw new InvalidArgumentError(`${s.c.name}: the snapshot does not match its state`);
           return;
         }
         await s.state.restore(snap);
@@ -151,7 +182,20 @@ export class ChainStepper {
     );
   }
 
-  /** Runs `token` at `position` (0 ≤ position < ctx); the lm_head only when `withHead`. */
+  /**
+   * The most positions this chain can step through with ring KV: any int32 position when every
+   * super-block takes RoPE from the host, else ctx (older packages gather RoPE from a table of ctx
+   * rows by the position input).
+   */
+  get positionLimit(): number {
+    if (this.blocks.every((b) => b.hostRope)) return MAX_POSITIONS;
+    return this.blocks[0]?.c.io.ctx ?? MAX_POSITIONS;
+  }
+
+  /**
+   * Runs `token` at `position` (0 ≤ position < ctx; any position below positionLimit with ring
+   * KV); the lm_head only when `withHead`.
+   */
   async step(token: number, position: number, withHead: boolean): Promise<ChainStepResult> {
     const e = await this.embed.predict({
       [this.embed.io.inputs[0].name]: tensor("i32", [1, 1], Int32Array.of(token)),
@@ -162,23 +206,32 @@ export class ChainStepper {
     const hiddens: Tensor[] = [];
     for (const s of this.blocks) {
       const io = s.c.io;
+      const row = this.ring ? ringRow(io.ctx, this.ring.sinks, position) : position;
       const inputs: Record<string, Tensor> = {};
       for (const t of s.inputs) {
         const role = t.role;
         if (role.kind === "hidden_in") inputs[t.name] = hidden;
-        else if (role.kind === "position") inputs[t.name] = tensor("i32", t.shape, Int32Array.of(position));
+        else if (role.kind === "position")
+          // host RoPE: the mlstate KV row; older packages also gather RoPE by it (positionLimit)
+          inputs[t.name] = tensor("i32", t.shape, Int32Array.of(s.hostRope ? row : position));
         else if (role.kind === "rope") {
+          // RoPE by the token's own position, wherever its KV row is
           const { cos, sin } = ropeCosSin(role, [position]);
           inputs[t.name] = floatTensor(t, role.part === "cos" ? cos : sin);
         } else if (role.kind === "mask")
-          inputs[t.name] = floatTensor(t, decodeMask(role.rule, io.ctx, position));
+          inputs[t.name] = floatTensor(
+            t,
+            this.ring
+              ? ringMask(role.rule, io.ctx, this.ring.sinks, position)
+              : decodeMask(role.rule, io.ctx, position),
+          );
         else
           throw new ChainProtocolError(
             s.c.name,
             `input ${t.name} (role ${role.kind}) is not the host's to feed`,
           );
       }
-      const r = await s.c.predict(inputs, s.state, position);
+      const r = await s.c.predict(inputs, s.state, row);
       const v = r[s.hiddenOut.name];
       if (!v) throw new ChainProtocolError(s.c.name, `the package did not return output ${s.hiddenOut.name}`);
       hidden = v;
