@@ -51,7 +51,8 @@ export interface SpeculativeRun {
 }
 
 function needSnapshots(m: StepModel, role: string): SnapshotModel {
-  if (!canSnapshot(m)) throw new InvalidArgumentError(`speculative decoding: the ${role} cannot snapshot its state`);
+  if (!canSnapshot(m))
+    throw new InvalidArgumentError(`speculative decoding: the ${role} cannot snapshot its state`);
   return m;
 }
 
@@ -63,12 +64,15 @@ export async function speculativeDecode(
   o: SpeculativeOptions,
 ): Promise<SpeculativeRun> {
   const { gamma } = o;
-  if (!Number.isInteger(gamma) || gamma < 1) throw new RangeError(`gamma must be a positive integer, got ${gamma}`);
+  if (!Number.isInteger(gamma) || gamma < 1)
+    throw new RangeError(`gamma must be a positive integer, got ${gamma}`);
   const target = needSnapshots(targetModel, "target");
   const draft = needSnapshots(draftModel, "draft");
   const verify = o.verify ?? (hasPrefillAll(target) ? "batch" : "sequential");
   if (verify === "batch" && (!hasPrefillAll(target) || !o.vocab))
-    throw new InvalidArgumentError("batch verification needs a target with prefillAll and the vocabulary size");
+    throw new InvalidArgumentError(
+      "batch verification needs a target with prefillAll and the vocabulary size",
+    );
 
   await target.reset();
   await draft.reset();
@@ -83,7 +87,11 @@ export async function speculativeDecode(
   const t0 = performance.now();
 
   /** Brings `m` back to its snapshot and feeds it `ids` (the accepted part of the round). */
-  const rollback = async (m: SnapshotModel, snap: Awaited<ReturnType<SnapshotModel["snapshot"]>>, ids: number[]) => {
+  const rollback = async (
+    m: SnapshotModel,
+    snap: Awaited<ReturnType<SnapshotModel["snapshot"]>>,
+    ids: number[],
+  ) => {
     const t = performance.now();
     await m.restore(snap);
     if (ids.length) await m.prefill(ids);
@@ -114,11 +122,11 @@ export async function speculativeDecode(
       if (verify === "batch") {
         const vocab = o.vocab as number;
         const rows = await (target as SnapshotModel & AllLogits).prefillAll([pending, ...proposed]);
-        for (let j = 0; j <= g; j++)
-          own.push(greedy({ logits: rows.subarray(j * vocab, (j + 1) * vocab) }));
+        for (let j = 0; j <= g; j++) own.push(greedy({ logits: rows.subarray(j * vocab, (j + 1) * vocab) }));
       } else {
         own.push(greedy(await target.decode(pending)));
-        for (let j = 0; j < g && proposed[j] === own[j]; j++) own.push(greedy(await target.decode(proposed[j])));
+        for (let j = 0; j < g && proposed[j] === own[j]; j++)
+          own.push(greedy(await target.decode(proposed[j])));
       }
       verifyMs += performance.now() - t;
 

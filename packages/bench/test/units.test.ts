@@ -71,7 +71,12 @@ class RuleModel implements StepModel {
     return this.prefill([id]);
   }
   async snapshot(): Promise<StateSnapshot> {
-    return { position: this.position, bytes: 8, history: this.history.slice(), dispose() {} } as StateSnapshot;
+    return {
+      position: this.position,
+      bytes: 8,
+      history: this.history.slice(),
+      dispose() {},
+    } as StateSnapshot;
   }
   async restore(s: StateSnapshot) {
     this.history = (s as StateSnapshot & { history: number[] }).history.slice();
@@ -118,7 +123,10 @@ describe("the speculative loop", () => {
         // the draft misses every 4th position: some rounds stop short, and both models end where
         // the emitted tokens say (all but the last emitted consumed)
         if (gamma >= 4) expect(Math.min(...r.acceptedPerRound)).toBeLessThan(gamma);
-        expect(target.history).toEqual([...prompt, ...r.tokens.slice(0, target.history.length - prompt.length)]);
+        expect(target.history).toEqual([
+          ...prompt,
+          ...r.tokens.slice(0, target.history.length - prompt.length),
+        ]);
         expect(draft.history).toEqual(target.history);
         if (gamma > 2 || verify === "batch") expect(r.rollbacks).toBeGreaterThan(0);
       }
@@ -138,9 +146,9 @@ describe("the speculative loop", () => {
     await expect(speculativeDecode(bare, new RuleModel(), prompt, { gamma: 2, tokens: 5 })).rejects.toThrow(
       /cannot snapshot/,
     );
-    await expect(speculativeDecode(new RuleModel(), new RuleModel(), prompt, { gamma: 0, tokens: 5 })).rejects.toThrow(
-      RangeError,
-    );
+    await expect(
+      speculativeDecode(new RuleModel(), new RuleModel(), prompt, { gamma: 0, tokens: 5 }),
+    ).rejects.toThrow(RangeError);
   });
 });
 

@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import type { ChatMessage, ToolCall, ToolSpec } from "./chat-template.js";
+import type { PromptCache } from "./prompt-cache.js";
 import { Sampler, type SamplingOptions } from "./sampler.js";
 import {
   type Segment,
@@ -9,10 +10,9 @@ import {
   TOOL_CALL_CLOSE,
   TOOL_CALL_OPEN,
 } from "./segmenter.js";
-import type { PromptCache } from "./prompt-cache.js";
 import {
-  canSnapshot,
   ContextOverflowError,
+  canSnapshot,
   isAbortError,
   type StepModel,
   type StepOutput,

@@ -1,12 +1,14 @@
-import { describe, expect, it } from "vitest";
 import { InvalidArgumentError } from "@anemll-qwen35/core";
+import { describe, expect, it } from "vitest";
 import { decodeMask, MASK_NEG, ringMask, ringRow } from "../src/chain/index.js";
 
 describe("ring-buffer KV layout", () => {
   it("writes row p below ctx, then cycles the rows after the sinks", () => {
     const rows = Array.from({ length: 20 }, (_, p) => ringRow(8, 2, p));
     expect(rows).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 2, 3, 4, 5, 6, 7, 2, 3, 4, 5, 6, 7]);
-    expect(Array.from({ length: 12 }, (_, p) => ringRow(4, 0, p))).toEqual([0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]);
+    expect(Array.from({ length: 12 }, (_, p) => ringRow(4, 0, p))).toEqual([
+      0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3,
+    ]);
   });
 
   it("masks like decode below ctx; past it, every row but the one being replaced (io), all rows (mlstate)", () => {
@@ -28,7 +30,9 @@ describe("ring-buffer KV layout", () => {
       const m = ringMask("io", ctx, sinks, p);
       const seen = [...holder].filter(([row]) => m[row] === 0).map(([, pos]) => pos);
       seen.push(p); // the last key is the token itself
-      const want = Array.from({ length: p + 1 }, (_, j) => j).filter((j) => j < sinks || j > p - (ctx - sinks));
+      const want = Array.from({ length: p + 1 }, (_, j) => j).filter(
+        (j) => j < sinks || j > p - (ctx - sinks),
+      );
       expect(seen.sort((a, b) => a - b)).toEqual(want);
       holder.set(ringRow(ctx, sinks, p), p);
     }

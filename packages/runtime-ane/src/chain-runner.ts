@@ -17,8 +17,8 @@ import {
 } from "@anemll-qwen35/generate";
 import {
   type ChainManifest,
-  type ComponentSnapshot,
   ChainStepper,
+  type ComponentSnapshot,
   readChainManifest,
   type StatePlan,
   type VerifyChainOptions,
@@ -220,7 +220,12 @@ export class ChainRunner implements StepModel {
   async snapshot(): Promise<StateSnapshot> {
     this.checkLive();
     const rows = Math.min(this.pos, this.manifest.ctx);
-    return new ChainSnapshot(this, this.pos, Int32Array.from(this.history), await this.stepper.snapshot(rows));
+    return new ChainSnapshot(
+      this,
+      this.pos,
+      Int32Array.from(this.history),
+      await this.stepper.snapshot(rows),
+    );
   }
 
   /** Puts back a snapshot this runner took; the next token continues from its position. */
@@ -239,7 +244,8 @@ export class ChainRunner implements StepModel {
     const tokens = Array.from(ids);
     if (tokens.length === 0) throw new AnemllError("E_EMPTY_PROMPT", "prefill needs at least one token");
     if (this.position + tokens.length > this.contextLength) {
-      if (this.overflow === "ring") throw new PositionLimitError(this.position + tokens.length - 1, this.contextLength);
+      if (this.overflow === "ring")
+        throw new PositionLimitError(this.position + tokens.length - 1, this.contextLength);
       if (this.overflow === "error")
         throw new ContextOverflowError(this.position + tokens.length, this.contextLength);
       // keep the most recent tokens that fit, leaving room to generate

@@ -54,38 +54,49 @@ async function ringOutputs(dir: string, sinks: number): Promise<Float32Array[]> 
 
 const python = existsSync(PYTHON);
 
-describe.skipIf(!python)(`ring-buffer KV past the context${python ? "" : " — skipped: no .venv/bin/python (numpy)"}`, () => {
-  const dirs: Record<string, string> = {};
-  beforeAll(async () => {
-    const work = mkdtempSync(join(tmpdir(), "runtime-ane-ring-"));
-    dirs.io = join(work, "io");
-    dirs.mlstate = join(work, "mlstate");
-    await convert({ model: FIXTURE, out: dirs.io, ctx: CTX, fuse: "all", dtype: "fp32", ...plain });
-    await convert({ model: FIXTURE, out: dirs.mlstate, ctx: CTX, fuse: "all", dtype: "fp32", state: "mlstate", ...plain });
-  }, 180_000);
+describe.skipIf(!python)(
+  `ring-buffer KV past the context${python ? "" : " — skipped: no .venv/bin/python (numpy)"}`,
+  () => {
+    const dirs: Record<string, string> = {};
+    beforeAll(async () => {
+      const work = mkdtempSync(join(tmpdir(), "runtime-ane-ring-"));
+      dirs.io = join(work, "io");
+      dirs.mlstate = join(work, "mlstate");
+      await convert({ model: FIXTURE, out: dirs.io, ctx: CTX, fuse: "all", dtype: "fp32", ...plain });
+      await convert({
+        model: FIXTURE,
+        out: dirs.mlstate,
+        ctx: CTX,
+        fuse: "all",
+        dtype: "fp32",
+        state: "mlstate",
+        ...plain,
+      });
+    }, 180_000);
 
-  it("the numpy reference reproduces the Hugging Face goldens when the window holds everything", async () => {
-    const g = await loadGolden(FIXTURE);
-    const ref = reference(g.promptIds, 4096, 0, 0);
-    let worst = 0;
-    for (let i = 0; i < ref.length; i++) worst = Math.max(worst, maxAbsDiff(ref[i], g.promptLogits[i]));
-    expect(worst).toBeLessThan(2e-4);
-  }, 120_000);
-
-  for (const [kind, sinks] of [
-    ["io", 4],
-    ["mlstate", 0],
-  ] as const) {
-    it(`${kind} KV, ${sinks} sinks: runs past ctx and matches sliding-window attention + full GDN history`, async () => {
-      const got = await ringOutputs(dirs[kind], sinks);
-      const want = reference(ids, CTX, sinks, prompt.length - 1);
-      expect(got).toHaveLength(want.length);
+    it("the numpy reference reproduces the Hugging Face goldens when the window holds everything", async () => {
+      const g = await loadGolden(FIXTURE);
+      const ref = reference(g.promptIds, 4096, 0, 0);
       let worst = 0;
-      for (let i = 0; i < got.length; i++) worst = Math.max(worst, maxAbsDiff(got[i], want[i]));
-      expect(worst).toBeLessThan(1e-3);
-      // and the window matters: full attention over all 146 tokens says something else
-      const full = reference(ids, 4096, 0, prompt.length - 1);
-      expect(Math.max(...got.map((g, i) => maxAbsDiff(g, full[i])))).toBeGreaterThan(1e-2);
-    }, 300_000);
-  }
-});
+      for (let i = 0; i < ref.length; i++) worst = Math.max(worst, maxAbsDiff(ref[i], g.promptLogits[i]));
+      expect(worst).toBeLessThan(2e-4);
+    }, 120_000);
+
+    for (const [kind, sinks] of [
+      ["io", 4],
+      ["mlstate", 0],
+    ] as const) {
+      it(`${kind} KV, ${sinks} sinks: runs past ctx and matches sliding-window attention + full GDN history`, async () => {
+        const got = await ringOutputs(dirs[kind], sinks);
+        const want = reference(ids, CTX, sinks, prompt.length - 1);
+        expect(got).toHaveLength(want.length);
+        let worst = 0;
+        for (let i = 0; i < got.length; i++) worst = Math.max(worst, maxAbsDiff(got[i], want[i]));
+        expect(worst).toBeLessThan(1e-3);
+        // and the window matters: full attention over all 146 tokens says something else
+        const full = reference(ids, 4096, 0, prompt.length - 1);
+        expect(Math.max(...got.map((g, i) => maxAbsDiff(g, full[i])))).toBeGreaterThan(1e-2);
+      }, 300_000);
+    }
+  },
+);

@@ -27,7 +27,11 @@ describeMlx("MlxQwen35 snapshot / restore", () => {
     ["bfloat16", false, 4],
   ] as const) {
     it(`continues bit-identically after restore (${dtype}, pipeline ${pipeline}, KV step ${kvStep})`, async () => {
-      await using model = await loadMlxModel(fixtureDir("tiny-gqa"), { dtype, pipeline, kvCache: { step: kvStep } });
+      await using model = await loadMlxModel(fixtureDir("tiny-gqa"), {
+        dtype,
+        pipeline,
+        kvCache: { step: kvStep },
+      });
       await model.prefill(prompt);
       const snap = await model.snapshot();
       expect(snap.position).toBe(prompt.length);

@@ -100,8 +100,18 @@ async function main(): Promise<void> {
   const cached = await createServer({ models: [{ ...src, name: "m" }], port: 0 });
   const plain = await createServer({ models: [{ ...src, name: "m" }], port: 0, promptCache: false });
   console.log(`${label}: two servers loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-  const withCache = new OpenAI({ baseURL: `${await cached.listen()}/v1`, apiKey: "x", maxRetries: 0, timeout: 3_600_000 });
-  const without = new OpenAI({ baseURL: `${await plain.listen()}/v1`, apiKey: "x", maxRetries: 0, timeout: 3_600_000 });
+  const withCache = new OpenAI({
+    baseURL: `${await cached.listen()}/v1`,
+    apiKey: "x",
+    maxRetries: 0,
+    timeout: 3_600_000,
+  });
+  const without = new OpenAI({
+    baseURL: `${await plain.listen()}/v1`,
+    apiKey: "x",
+    maxRetries: 0,
+    timeout: 3_600_000,
+  });
 
   const ttft = async (c: OpenAI, question: string) => {
     const t = performance.now();
@@ -134,8 +144,13 @@ async function main(): Promise<void> {
     // the first request of the cached server fills its cache (a miss, like the uncached ones)
     const cold = await ttft(withCache, "Hello, who are you?");
     console.log(`cold (fills the cache): ${cold.ttftMs.toFixed(0)} ms, ${cold.promptTokens} prompt tokens`);
-    const runs: { round: number; cache: boolean; ttftMs: number; promptTokens: number; cachedTokens: number }[] =
-      [];
+    const runs: {
+      round: number;
+      cache: boolean;
+      ttftMs: number;
+      promptTokens: number;
+      cachedTokens: number;
+    }[] = [];
     for (let round = 0; round < rounds; round++) {
       const question = `Where is my order number ${1000 + round}? It has not arrived yet.`;
       // alternate which server goes first, so that neither always runs on a warmer machine
@@ -161,10 +176,11 @@ async function main(): Promise<void> {
       ratio: med(false) / med(true),
       runs,
       machine: { cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), platform: process.platform },
-      command: `pnpm --filter @anemll-qwen35/server exec tsx --conditions=source bench/prompt-cache.ts -- ${process.argv
-        .slice(2)
-        .filter((a) => a !== "--")
-        .join(" ")}`.trim(),
+      command:
+        `pnpm --filter @anemll-qwen35/server exec tsx --conditions=source bench/prompt-cache.ts -- ${process.argv
+          .slice(2)
+          .filter((a) => a !== "--")
+          .join(" ")}`.trim(),
       date: new Date().toISOString(),
     };
     console.log(

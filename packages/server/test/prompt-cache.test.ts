@@ -34,7 +34,8 @@ let withCache: OpenAI;
 let without: OpenAI;
 const logs: RequestLog[] = [];
 
-const client = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: "x", maxRetries: 0, timeout: 60_000 });
+const client = (url: string) =>
+  new OpenAI({ baseURL: `${url}/v1`, apiKey: "x", maxRetries: 0, timeout: 60_000 });
 const ask = (model: string, question: string, tools = false) => ({
   model,
   messages: [

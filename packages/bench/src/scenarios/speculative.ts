@@ -92,7 +92,12 @@ export const speculative: Scenario = {
             proposed += r.acceptedPerRound.length * g;
             const same = r.tokens.map((tok, i) => Number(tok === alone.tokens[i]));
             metrics.push(
-              metric(`accepted_gamma${g}`, "tokens", r.acceptedPerRound, `draft tokens accepted per round, γ = ${g}`),
+              metric(
+                `accepted_gamma${g}`,
+                "tokens",
+                r.acceptedPerRound,
+                `draft tokens accepted per round, γ = ${g}`,
+              ),
               metric(`tokens_per_round_gamma${g}`, "tokens", r.tokensPerRound),
               metric(
                 `speedup_gamma${g}`,
@@ -113,14 +118,24 @@ export const speculative: Scenario = {
             );
           }
           metrics.unshift(
-            metric("acceptance_rate", "fraction", [accepted / proposed], "draft tokens accepted ÷ proposed, all γ"),
+            metric(
+              "acceptance_rate",
+              "fraction",
+              [accepted / proposed],
+              "draft tokens accepted ÷ proposed, all γ",
+            ),
           );
           runs.push({
             id: `draft ${d.side.backend} · ${d.why}`,
             backend: d.side.backend,
             model: d.side.model,
             conversion: d.side.conversion,
-            config: { role: "draft", draft: d.why, target: `${target.backend} · ${target.model.name}`, tokens },
+            config: {
+              role: "draft",
+              draft: d.why,
+              target: `${target.backend} · ${target.model.name}`,
+              tokens,
+            },
             metrics,
             notes: [],
           });
