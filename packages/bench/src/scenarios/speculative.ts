@@ -69,7 +69,19 @@ export const speculative: Scenario = {
         model: target.model,
         conversion: target.conversion,
         config: { role: "target", tokens },
-        metrics: [metric("decode_ms", "ms", alone.decodeMs, "target greedy decode steps, alone")],
+        metrics: [
+          metric("decode_ms", "ms", alone.decodeMs, "target greedy decode steps, alone"),
+          ...(alone.margins.length
+            ? [
+                metric(
+                  "logit_margin",
+                  "logit",
+                  alone.margins,
+                  "target's top-1 minus top-2 logit per position: small margins make any perturbation flip the greedy token",
+                ),
+              ]
+            : []),
+        ],
         notes: [],
       });
 
