@@ -46,8 +46,13 @@ async function ringOutputs(dir: string, sinks: number): Promise<Float32Array[]> 
     return o.logits;
   };
   outs.push(logits(await model.prefill(prompt)));
+  const snap = await model.snapshot(); // past ctx: every row of the ring
   for (const t of tail) outs.push(logits(await model.decode(t)));
   expect(model.position).toBe(ids.length);
+  // a wrapped ring restores bit for bit too
+  await model.restore(snap);
+  expect(model.position).toBe(prompt.length);
+  for (const [i, t] of tail.slice(0, 2).entries()) expect(logits(await model.decode(t))).toEqual(outs[i + 1]);
   model.dispose();
   return outs;
 }
