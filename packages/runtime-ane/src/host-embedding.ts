@@ -24,7 +24,7 @@ export async function loadHostEmbedding(
   const interp = new MilInterpreter(model.program, { functionName, precision: "fp32", weights: "packed" });
   return {
     newState(): ComponentState {
-      return { reset() {} };
+      throw new ChainProtocolError(name, "the embedding keeps no state between steps");
     },
     async predict(inputs: Record<string, Tensor>) {
       return interp.run(inputs).outputs; // declared dtype: fp16 rows as fp16 bit patterns
