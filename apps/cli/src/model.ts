@@ -18,7 +18,8 @@ export interface ModelOptions {
   backend: BackendChoice;
   precision: "fp32" | "fp16";
   computeUnits: ComputeUnits;
-  contextOverflow: "error" | "slide";
+  contextOverflow: "error" | "slide" | "ring";
+  ringSinks?: number;
   tokenizer?: string;
   ctx?: number;
   dtype?: "float32" | "bfloat16" | "float16";
@@ -47,9 +48,14 @@ export function addModelOptions(cmd: Command): Command {
     )
     .option(
       "--context-overflow <how>",
-      "converted chains: error, or slide the window when the context is full",
-      choice("--context-overflow", ["error", "slide"] as const),
+      "converted chains, when the context is full: error; slide the window (prefills the kept tokens again); or ring (KV row p mod ctx: attention sees the sinks and the latest tokens, the GatedDeltaNet state the whole history)",
+      choice("--context-overflow", ["error", "slide", "ring"] as const),
       "error",
+    )
+    .option(
+      "--ring-sinks <n>",
+      "--context-overflow ring: KV rows that keep the first tokens (attention sinks; default 4)",
+      int("--ring-sinks", 0),
     )
     .option("--tokenizer <dir>", "folder with tokenizer.json, if not the model's own (relative to here)")
     .option("--ctx <n>", "mlx backend: most tokens per sequence (default: the checkpoint's)", int("--ctx", 1))
@@ -72,6 +78,7 @@ export function loadOptions(o: ModelOptions, notice: (s: string) => void): LoadM
     precision: o.precision,
     computeUnits: o.computeUnits,
     contextOverflow: o.contextOverflow,
+    ringSinks: o.ringSinks,
     tokenizer: o.tokenizer,
     contextLength: o.ctx,
     dtype: o.dtype,

@@ -65,7 +65,9 @@ describe("anemll-qwen35 serve", () => {
     expect(s.output().stdout).toMatch(
       /serving the OpenAI API at http:\/\/127\.0\.0\.1:\d+\/v1 \(API key required\)/,
     );
-    expect(s.output().stdout).toMatch(/tiny · reference \(fp32\) · context 128 tokens · queue 8/);
+    expect(s.output().stdout).toMatch(
+      /tiny · reference \(fp32\) · context 128 tokens · queue 8 · prompt cache 1000 MB/,
+    );
 
     expect((await fetch(`${url}/v1/models`)).status).toBe(401);
     const auth = { authorization: "Bearer k1", "content-type": "application/json" };
@@ -80,11 +82,22 @@ describe("anemll-qwen35 serve", () => {
     const body = await json(r);
     expect(body.usage.completion_tokens).toBe(3);
     expect(body.choices[0].finish_reason).toBe("length");
+    // the same longer question twice: the second restores all but its last prompt token
+    const long = JSON.stringify({
+      model: "tiny",
+      messages: [{ role: "user", content: "Tell me about the weather in Paris next week, please." }],
+      max_tokens: 2,
+    });
+    await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: auth, body: long });
+    const again = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: auth, body: long });
+    const usage = (await json(again)).usage;
+    expect(usage.prompt_tokens_details.cached_tokens).toBe(usage.prompt_tokens - 1);
 
     s.stop();
     const { stderr } = await s.done;
     // one log line per request
     expect(stderr).toMatch(/POST \/v1\/chat\/completions 200 · tiny · \d+\+3 tok · length/);
+    expect(stderr).toMatch(/POST \/v1\/chat\/completions 200 · tiny · \d+\+2 tok \(\d+ cached\) · length/);
     expect(stderr).toMatch(/GET \/v1\/models 401 · .*Missing API key/);
     await expect(fetch(`${url}/v1/models`)).rejects.toThrow(); // no longer listening
   });
@@ -97,6 +110,22 @@ describe("anemll-qwen35 serve", () => {
     s.stop();
     await s.done;
   }, 60_000);
+
+  it("takes --prompt-cache SIZE and --no-prompt-cache", async () => {
+    for (const [flags, shown] of [
+      [["--prompt-cache", "64mb"], "queue 8 · prompt cache 64 MB"],
+      [["--no-prompt-cache"], "queue 8 · no prompt cache"],
+    ] as const) {
+      const s = serve([dir, "--backend", "reference", "--port", "0", ...flags]);
+      await Promise.race([s.listening, s.done.then(() => Promise.reject(new Error("serve exited")))]);
+      s.stop();
+      const { stdout } = await s.done;
+      expect(stdout).toContain(shown);
+    }
+    const bad = await cli("serve", dir, "--prompt-cache", "lots");
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--prompt-cache must be a size/);
+  });
 
   it("is registered in the program and rejects bad usage with exit code 2", async () => {
     const help = await cli("serve", "--help");

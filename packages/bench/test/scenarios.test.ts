@@ -185,7 +185,7 @@ describe.sequential("bench scenarios at smoke scale", () => {
     expectCharts(r, 2);
   });
 
-  it("speculative: acceptance and simulated speed-up per draft", async () => {
+  it("speculative: a real draft → verify → rollback loop per draft, its acceptance and speed-up", async () => {
     const r = await smoke("speculative");
     const drafts = r.runs.filter((x) => x.config.role === "draft");
     expect(drafts.length).toBeGreaterThanOrEqual(2);
@@ -199,6 +199,15 @@ describe.sequential("bench scenarios at smoke scale", () => {
     const control = drafts.find((d) => /control/.test(String(d.config.draft)));
     expect(control).toBeDefined();
     expect(control!.metrics.find((m) => m.name === "acceptance_rate")!.summary.median).toBeGreaterThan(0.6);
+    for (const d of drafts) {
+      const m = (name: string) => d.metrics.find((x) => x.name === name);
+      expect(m("speedup_gamma2")!.summary.median).toBeGreaterThan(0);
+      // every round emits the accepted proposals and one target token
+      const accepted = m("accepted_gamma2")!;
+      const perRound = m("tokens_per_round_gamma2")!;
+      expect(perRound.summary.n).toBe(accepted.summary.n);
+      expect(perRound.summary.mean).toBeCloseTo(accepted.summary.mean + 1, 9);
+    }
     expectCharts(r, 2);
   });
 

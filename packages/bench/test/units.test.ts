@@ -1,8 +1,9 @@
-/** The parts under the scenarios: statistics, speculation rounds, powermetrics parsing, the schema, per-package timing and charts. */
+/** The parts under the scenarios: statistics, the speculative loop, powermetrics parsing, the schema, per-package timing and charts. */
 import { mkdtempSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { f32ToF16Bits, type Tensor, tensor } from "@anemll-qwen35/core";
+import type { StateSnapshot, StepModel, StepOutput } from "@anemll-qwen35/generate";
 import { referenceBackend } from "@anemll-qwen35/runtime-ane";
 import { afterAll, describe, expect, it } from "vitest";
 import { writeHandoffPackages } from "../src/handoff-packages.js";
@@ -11,14 +12,14 @@ import {
   type BenchResult,
   BenchResultError,
   ComponentTimer,
+  greedy,
   parsePowermetrics,
   promptIds,
   rechart,
   renderSvg,
   resultStem,
   runScenario,
-  simulateRounds,
-  speedup,
+  speculativeDecode,
   summarize,
   svgToPng,
   timedBackend,
@@ -40,22 +41,114 @@ describe("summarize", () => {
   });
 });
 
-describe("greedy speculative rounds", () => {
-  const m = [true, true, false, true, true, true, false];
-  it("accepts the run of matches up to gamma, then emits one target token", () => {
-    expect(simulateRounds(m, 2)).toEqual({ tokensPerRound: [3, 3, 1], acceptedPerRound: [2, 2, 0] });
-    expect(simulateRounds(m, 4)).toEqual({ tokensPerRound: [3, 4], acceptedPerRound: [2, 3] });
-  });
-  it("emits exactly one token per position whatever gamma is", () => {
-    for (const g of [1, 2, 3, 8]) {
-      expect(simulateRounds(m, g).tokensPerRound.reduce((a, b) => a + b, 0)).toBe(m.length);
+/**
+ * A model whose next token is a function of the last two ids it consumed (a `wrongAt` position
+ * makes the draft propose another): small enough to know every answer, and with a state the loop
+ * must snapshot and roll back correctly.
+ */
+class RuleModel implements StepModel {
+  readonly contextLength = 1000;
+  history: number[] = [];
+  decodes = 0;
+  constructor(
+    private readonly wrongAt: (position: number) => boolean = () => false,
+    withAll = false,
+  ) {
+    if (withAll) (this as { prefillAll?: unknown }).prefillAll = (ids: number[]) => this.all(ids);
+  }
+  get position() {
+    return this.history.length;
+  }
+  reset() {
+    this.history = [];
+  }
+  async prefill(ids: Int32Array | number[]): Promise<StepOutput> {
+    this.history.push(...ids);
+    return this.out();
+  }
+  async decode(id: number): Promise<StepOutput> {
+    this.decodes++;
+    return this.prefill([id]);
+  }
+  async snapshot(): Promise<StateSnapshot> {
+    return {
+      position: this.position,
+      bytes: 8,
+      history: this.history.slice(),
+      dispose() {},
+    } as StateSnapshot;
+  }
+  async restore(s: StateSnapshot) {
+    this.history = (s as StateSnapshot & { history: number[] }).history.slice();
+  }
+  dispose() {}
+  private async all(ids: number[]): Promise<Float32Array> {
+    const rows = new Float32Array(ids.length * 64);
+    for (const [i, id] of ids.entries()) {
+      this.history.push(id);
+      rows.set((this.out() as { logits: Float32Array }).logits, i * 64);
     }
-    expect(simulateRounds([false, false], 4).tokensPerRound).toEqual([1, 1]);
-    expect(() => simulateRounds(m, 0)).toThrow(RangeError);
+    return rows;
+  }
+  private out(): StepOutput {
+    const [a = 0, b = 0] = this.history.slice(-2);
+    let next = (a * 7 + b * 3 + 1) % 50;
+    if (this.wrongAt(this.history.length)) next = (next + 1) % 50;
+    const logits = new Float32Array(64);
+    logits[next] = 1;
+    return { logits };
+  }
+}
+
+describe("the speculative loop", () => {
+  const prompt = [3, 5, 8];
+  const alone = async (n: number) => {
+    const m = new RuleModel();
+    const tokens = [greedy(await m.prefill(prompt))];
+    while (tokens.length < n) tokens.push(greedy(await m.decode(tokens[tokens.length - 1])));
+    return tokens;
+  };
+
+  it("emits the target's greedy tokens, accepting the draft up to its first miss, rolling back", async () => {
+    const want = await alone(20);
+    for (const verify of ["sequential", "batch"] as const) {
+      for (const gamma of [1, 2, 3, 5]) {
+        const target = new RuleModel(() => false, verify === "batch");
+        const draft = new RuleModel((pos) => pos % 4 === 0);
+        const r = await speculativeDecode(target, draft, prompt, { gamma, tokens: 20, vocab: 64, verify });
+        expect(r.tokens, `${verify} γ=${gamma}`).toEqual(want);
+        expect(r.verify).toBe(verify);
+        expect(r.tokensPerRound.reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(19);
+        expect(r.acceptedPerRound.every((a, i) => a + 1 === r.tokensPerRound[i] && a <= gamma)).toBe(true);
+        // the draft misses every 4th position: some rounds stop short, and both models end where
+        // the emitted tokens say (all but the last emitted consumed)
+        if (gamma >= 4) expect(Math.min(...r.acceptedPerRound)).toBeLessThan(gamma);
+        expect(target.history).toEqual([
+          ...prompt,
+          ...r.tokens.slice(0, target.history.length - prompt.length),
+        ]);
+        expect(draft.history).toEqual(target.history);
+        if (gamma > 2 || verify === "batch") expect(r.rollbacks).toBeGreaterThan(0);
+      }
+    }
   });
-  it("speed-up: tokens per round at the target's rate over the round's cost", () => {
-    // 3 tokens per round, target 30 ms/token, draft 5 ms × 2, verification 40 ms → 90 / 50
-    expect(speedup(3, 30, 5, 2, 40)).toBeCloseTo(1.8, 12);
+
+  it("accepts every proposal of a draft that always agrees, and needs no rollback", async () => {
+    const r = await speculativeDecode(new RuleModel(), new RuleModel(), prompt, { gamma: 3, tokens: 13 });
+    expect(r.acceptedPerRound).toEqual([3, 3, 3]);
+    expect(r.tokensPerRound).toEqual([4, 4, 4]);
+    expect(r.rollbacks).toBe(0);
+    expect(r.tokens).toEqual(await alone(13));
+  });
+
+  it("refuses models without snapshots and a bad γ", async () => {
+    const bare = Object.assign(new RuleModel(), { snapshot: undefined });
+    await expect(speculativeDecode(bare, new RuleModel(), prompt, { gamma: 2, tokens: 5 })).rejects.toThrow(
+      /cannot snapshot/,
+    );
+    await expect(
+      speculativeDecode(new RuleModel(), new RuleModel(), prompt, { gamma: 0, tokens: 5 }),
+    ).rejects.toThrow(RangeError);
   });
 });
 

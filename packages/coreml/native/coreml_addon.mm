@@ -503,6 +503,45 @@ void ZeroState(StateCore& st) {
   }
 }
 
+// Calls `fn` with every array of a state, in snapshot order: the carried buffers' current halves,
+// the KV caches, then the MLState's arrays by name; `cut` marks the 4-D ones whose rows along
+// kRowAxis a snapshot keeps only up to the rows written (KV caches, MLState KV).
+void ForEachStateArray(StateCore& st, const std::function<void(MLMultiArray*, bool cut)>& fn) {
+  for (Carried& c : st.carried) fn(c.buf[c.cur], false);
+  for (RowWritten& r : st.rowWritten) fn(r.cache, true);
+  if (@available(macOS 15.0, *)) {
+    MLState* ml = (MLState*)st.mlState;
+    const auto* f = &fn;
+    for (NSString* name in [st.mlStateNames sortedArrayUsingSelector:@selector(compare:)]) {
+      [ml getMultiArrayForStateNamed:name handler:^(MLMultiArray* buffer) { (*f)(buffer, buffer.shape.count == 4); }];
+    }
+  }
+}
+
+// The dense shape a snapshot keeps of `a`: rows along kRowAxis cut at `rows` when `cut`.
+bool SnapshotShape(MLMultiArray* a, bool cut, int64_t rows, std::vector<int64_t>* shape, size_t* elem, std::string* err) {
+  DType dt;
+  if (!DTypeOf(a.dataType, &dt)) {
+    *err = "a state array has element type " + DTypeText(a.dataType) + ", which this addon does not copy";
+    return false;
+  }
+  *shape = ToVec(a.shape);
+  *elem = ElemSize(dt);
+  if (cut) {
+    if (rows < 0 || rows > (*shape)[kRowAxis]) {
+      *err = "rows [0, " + std::to_string(rows) + ") are outside a state array of shape " + ShapeText(*shape);
+      return false;
+    }
+    (*shape)[kRowAxis] = rows;
+  }
+  return true;
+}
+
+size_t DenseBytes(const std::vector<int64_t>& shape, size_t elem) {
+  for (int64_t d : shape) if (d == 0) return 0;
+  return (size_t)Count(shape) * elem;
+}
+
 struct AddonData {
   Napi::FunctionReference model, state;
 };
@@ -510,7 +549,8 @@ struct AddonData {
 class StateWrap : public Napi::ObjectWrap<StateWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "CoreMLState", {InstanceMethod("reset", &StateWrap::Reset)});
+    return DefineClass(env, "CoreMLState", {InstanceMethod("reset", &StateWrap::Reset), InstanceMethod("read", &StateWrap::Read),
+                                            InstanceMethod("write", &StateWrap::Write)});
   }
   StateWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<StateWrap>(info) {}
   ~StateWrap() override {
@@ -548,6 +588,89 @@ class StateWrap : public Napi::ObjectWrap<StateWrap> {
       ZeroState(*st);
       job.value = [](Napi::Env env) { return env.Undefined(); };
     });
+  }
+
+  // read(rows) → Promise<ArrayBuffer[]>: dense copies of every array (ForEachStateArray's order),
+  // KV rows [0, rows) only; on the state's queue, after the predictions asked for before.
+  Napi::Value Read(const Napi::CallbackInfo& info) {
+    std::shared_ptr<StateCore> st = Core(info.Env());
+    const int64_t rows = RowsArg(info, 0, "read");
+    return Run(info.Env(), st->queue, "state read", [st, rows](Job& job) {
+      auto copies = std::make_shared<std::vector<std::vector<uint8_t>>>();
+      ForEachStateArray(*st, [&](MLMultiArray* a, bool cut) {
+        std::vector<int64_t> shape;
+        size_t elem = 0;
+        if (!job.error.empty() || !SnapshotShape(a, cut, rows, &shape, &elem, &job.error)) return;
+        std::vector<uint8_t> bytes(DenseBytes(shape, elem));
+        if (!bytes.empty()) {
+          ReadArray(a, [&](const uint8_t* p, const std::vector<int64_t>& strides) {
+            CopyStrided(bytes.data(), DenseStrides(shape), p, strides, shape, elem);
+          });
+        }
+        copies->push_back(std::move(bytes));
+      });
+      if (!job.error.empty()) return;
+      job.value = [copies](Napi::Env env) -> Napi::Value {
+        Napi::Array out = Napi::Array::New(env, copies->size());
+        for (size_t i = 0; i < copies->size(); i++) {
+          const std::vector<uint8_t>& b = (*copies)[i];
+          Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, b.size());
+          if (!b.empty()) memcpy(ab.Data(), b.data(), b.size());
+          out.Set(static_cast<uint32_t>(i), ab);
+        }
+        return out;
+      };
+    });
+  }
+
+  // write(buffers, rows) → Promise<void>: puts what read(rows) returned back (KV rows past `rows`
+  // zeroed), on the state's queue; nothing is written unless every buffer has the right size.
+  Napi::Value Write(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    std::shared_ptr<StateCore> st = Core(env);
+    if (info.Length() < 1 || !info[0].IsArray()) throw Napi::TypeError::New(env, "write(buffers, rows) needs an array of ArrayBuffers");
+    Napi::Array a = info[0].As<Napi::Array>();
+    auto copies = std::make_shared<std::vector<std::vector<uint8_t>>>();
+    for (uint32_t i = 0; i < a.Length(); i++) {
+      if (!a.Get(i).IsArrayBuffer()) throw Napi::TypeError::New(env, "write: buffers must be ArrayBuffers");
+      Napi::ArrayBuffer b = a.Get(i).As<Napi::ArrayBuffer>();
+      const uint8_t* p = static_cast<const uint8_t*>(b.Data());
+      copies->emplace_back(p, p + b.ByteLength());  // copied: JS may change it while this is queued
+    }
+    const int64_t rows = RowsArg(info, 1, "write");
+    return Run(env, st->queue, "state write", [st, copies, rows](Job& job) {
+      size_t i = 0;
+      ForEachStateArray(*st, [&](MLMultiArray* arr, bool cut) {
+        std::vector<int64_t> shape;
+        size_t elem = 0;
+        if (!job.error.empty() || !SnapshotShape(arr, cut, rows, &shape, &elem, &job.error)) return;
+        if (i >= copies->size() || (*copies)[i].size() != DenseBytes(shape, elem)) {
+          job.error = "write: buffer " + std::to_string(i) + " does not fit the state array " + ShapeText(shape);
+        }
+        i++;
+      });
+      if (job.error.empty() && i != copies->size()) job.error = "write: " + std::to_string(copies->size()) + " buffers for " + std::to_string(i) + " state arrays";
+      if (!job.error.empty()) return;
+      i = 0;
+      ForEachStateArray(*st, [&](MLMultiArray* arr, bool cut) {
+        std::vector<int64_t> shape;
+        size_t elem = 0;
+        SnapshotShape(arr, cut, rows, &shape, &elem, &job.error);
+        const std::vector<uint8_t>& src = (*copies)[i++];
+        WriteArray(arr, [&](uint8_t* p, NSInteger size, const std::vector<int64_t>& strides) {
+          if (cut) memset(p, 0, (size_t)size);
+          if (!src.empty()) CopyStrided(p, strides, src.data(), DenseStrides(shape), shape, elem);
+        });
+      });
+      job.value = [](Napi::Env env) { return env.Undefined(); };
+    });
+  }
+
+  static int64_t RowsArg(const Napi::CallbackInfo& info, size_t at, const char* what) {
+    if (info.Length() <= at || !info[at].IsNumber()) throw Napi::TypeError::New(info.Env(), std::string(what) + ": rows must be a number");
+    const double r = info[at].As<Napi::Number>().DoubleValue();
+    if (!(r >= 0 && r < 1e9) || r != static_cast<double>(static_cast<int64_t>(r))) throw Napi::RangeError::New(info.Env(), std::string(what) + ": rows must be an integer >= 0");
+    return static_cast<int64_t>(r);
   }
 
   std::shared_ptr<StateCore> core_;

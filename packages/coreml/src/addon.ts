@@ -55,6 +55,14 @@ export interface NativeState {
    * predictions asked for before, before those asked for after. The promise may be ignored.
    */
   reset(): Promise<void>;
+  /**
+   * Dense copies of every buffer, on the state's queue (after the predictions asked for before):
+   * the carried buffers' current halves, the KV caches, then the MLState's arrays by name; of the
+   * KV caches and 4-D MLState arrays only rows [0, rows) of axis 2.
+   */
+  read(rows: number): Promise<ArrayBuffer[]>;
+  /** Puts what `read(rows)` returned back (KV rows from `rows` on zeroed), on the state's queue. */
+  write(buffers: readonly ArrayBuffer[], rows: number): Promise<void>;
 }
 
 /** What crossed between JS and one model, counted by the addon. */

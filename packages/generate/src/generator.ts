@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import type { ChatMessage, ToolCall, ToolSpec } from "./chat-template.js";
+import type { PromptCache } from "./prompt-cache.js";
 import { Sampler, type SamplingOptions } from "./sampler.js";
 import {
   type Segment,
@@ -9,7 +10,13 @@ import {
   TOOL_CALL_CLOSE,
   TOOL_CALL_OPEN,
 } from "./segmenter.js";
-import { ContextOverflowError, isAbortError, type StepModel, type StepOutput } from "./step-model.js";
+import {
+  ContextOverflowError,
+  canSnapshot,
+  isAbortError,
+  type StepModel,
+  type StepOutput,
+} from "./step-model.js";
 import { StopRules } from "./stop.js";
 import type { Tokenizer } from "./tokenizer.js";
 import { type MalformedToolCall, parseToolCall } from "./tool-calls.js";
@@ -46,13 +53,14 @@ export type GenerationChunk =
 /**
  * Timings of one generation. All times are wall-clock milliseconds from `performance.now()`.
  *
- * - `promptTokens`: ids given to `model.prefill()`.
+ * - `promptTokens`: the prompt's ids (prefilled, or restored from the prompt cache).
+ * - `cachedTokens`: prompt ids whose state came from the prompt cache instead of a prefill.
  * - `generatedTokens`: tokens sampled from the model's outputs, the EOS token that ended the run
  *   included (the model computed it); `tokenIds` of the result exclude it.
  * - `timeToFirstTokenMs`: from the `generate()` call to the first sampled token: template rendering,
  *   tokenization, `reset()`, `prefill()` and one sampling step. NaN if no token was sampled.
- * - `prefillMs`: the `model.prefill()` call alone.
- * - `prefillTokensPerSecond`: `promptTokens / (prefillMs / 1000)`.
+ * - `prefillMs`: the `model.prefill()` calls, and the prompt cache's restore and snapshots, alone.
+ * - `prefillTokensPerSecond`: `(promptTokens - cachedTokens) / (prefillMs / 1000)`.
  * - `decodeSteps`: `model.decode()` calls (each feeds back one sampled token; the first token comes
  *   from the prefill output, so normally `decodeSteps = generatedTokens - 1`).
  * - `decodeMs`: the sum of the `model.decode()` calls alone (no sampling or detokenization).
@@ -61,6 +69,7 @@ export type GenerationChunk =
  */
 export interface GenerationStats {
   promptTokens: number;
+  cachedTokens: number;
   generatedTokens: number;
   timeToFirstTokenMs: number;
   prefillMs: number;
@@ -121,6 +130,17 @@ export interface GenerateOptions {
    * does not reject. The same happens when a `for await` loop over the generation is left early.
    */
   signal?: AbortSignal;
+  /**
+   * Snapshots of this model's state by token prefix (see PromptCache): a stored prefix of the
+   * prompt is restored instead of prefilled, and new snapshots are taken on the way. Ignored for
+   * models without snapshot()/restore(). One cache per model.
+   */
+  promptCache?: PromptCache;
+  /**
+   * With `promptCache`: prompt positions worth a snapshot besides those the cache picks itself,
+   * e.g. where the system prompt and tool schemas end.
+   */
+  cacheCheckpoints?: readonly number[];
   /** Called once the prompt is encoded, before its prefill (which can take a while on long prompts). */
   onPrefill?: (promptTokens: number) => void;
   /** Called with each sampled token id (an ending EOS excluded), before it is decoded. */
@@ -298,6 +318,7 @@ class GenerationImpl implements Generation {
     let detail: FinishDetail | undefined;
     let timeToFirstTokenMs = Number.NaN;
     let prefillMs = 0;
+    let cachedTokens = 0;
     let decodeMs = 0;
     let decodeSteps = 0;
     let sampledTokens = 0;
@@ -306,10 +327,11 @@ class GenerationImpl implements Generation {
       if (signal.aborted) {
         detail = { type: "abort" };
       } else {
-        await model.reset();
         o.onPrefill?.(promptIds.length);
         const tp = performance.now();
-        let out: StepOutput = await model.prefill(Int32Array.from(promptIds), { signal });
+        const prefilled = await prefillPrompt(model, promptIds, o, signal);
+        let out = prefilled.out;
+        cachedTokens = prefilled.cachedTokens;
         prefillMs = performance.now() - tp;
 
         for (;;) {
@@ -381,10 +403,11 @@ class GenerationImpl implements Generation {
       finishDetail,
       stats: {
         promptTokens: promptIds.length,
+        cachedTokens,
         generatedTokens: sampledTokens,
         timeToFirstTokenMs,
         prefillMs,
-        prefillTokensPerSecond: prefillMs > 0 ? promptIds.length / (prefillMs / 1000) : 0,
+        prefillTokensPerSecond: prefillMs > 0 ? (promptIds.length - cachedTokens) / (prefillMs / 1000) : 0,
         decodeSteps,
         decodeMs,
         decodeTokensPerSecond: decodeMs > 0 ? decodeSteps / (decodeMs / 1000) : 0,
@@ -418,6 +441,35 @@ class GenerationImpl implements Generation {
     }
     throw new InvalidArgumentError("generate: needs `prompt` (text or token ids) or `messages`");
   }
+}
+
+/**
+ * Brings the model to the end of the prompt from a fresh state: restores the longest cached prefix
+ * (when there is a cache and the model can snapshot), prefills the rest, and stores snapshots at
+ * the points the cache plans. Returns the output for the last prompt token.
+ */
+async function prefillPrompt(
+  model: StepModel,
+  ids: readonly number[],
+  o: GenerateOptions,
+  signal: AbortSignal,
+): Promise<{ out: StepOutput; cachedTokens: number }> {
+  const cache = o.promptCache;
+  if (!cache || !canSnapshot(model)) {
+    await model.reset();
+    return { out: await model.prefill(Int32Array.from(ids), { signal }), cachedTokens: 0 };
+  }
+  const hit = cache.lookup(ids);
+  if (hit) await model.restore(hit.snapshot);
+  else await model.reset();
+  let at = hit?.tokens ?? 0;
+  for (const point of cache.plan(ids, at, o.cacheCheckpoints)) {
+    await model.prefill(Int32Array.from(ids.slice(at, point)), { signal });
+    cache.store(ids.slice(0, point), await model.snapshot());
+    at = point;
+  }
+  const out = await model.prefill(Int32Array.from(ids.slice(at)), { signal });
+  return { out, cachedTokens: hit?.tokens ?? 0 };
 }
 
 /**

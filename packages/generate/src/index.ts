@@ -1,6 +1,7 @@
 export * from "./chat-template.js";
 export * from "./errors.js";
 export * from "./generator.js";
+export * from "./prompt-cache.js";
 export * from "./sampler.js";
 export * from "./segmenter.js";
 export * from "./step-model.js";

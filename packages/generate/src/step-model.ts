@@ -35,7 +35,43 @@ export interface StepModel {
   prefill(ids: Int32Array | number[], opts?: StepOptions): Promise<StepOutput>;
   /** Consume one token and return the output for it. */
   decode(id: number, opts?: StepOptions): Promise<StepOutput>;
+  /**
+   * A copy of the whole sequence state (KV caches, GatedDeltaNet conv and recurrent states, the
+   * position): `restore()` of it later continues exactly as if nothing had happened in between.
+   * Runtimes that cannot copy their state leave it out (a prompt cache then stays off).
+   */
+  snapshot?(): Promise<StateSnapshot>;
+  /**
+   * Puts a snapshot of this model's state back (the model's own, not another's: throws
+   * `SnapshotMismatchError`); the next step continues from `snapshot.position`.
+   */
+  restore?(snapshot: StateSnapshot): Promise<void>;
   dispose(): void | Promise<void>;
+}
+
+/** A copy of a StepModel's state, made by its `snapshot()`; opaque except for these fields. */
+export interface StateSnapshot {
+  /** The model's `position` when it was taken. */
+  readonly position: number;
+  /** Memory the snapshot holds (for cache budgets). */
+  readonly bytes: number;
+  /** Frees what it holds now (native arrays); it cannot be restored afterwards. Idempotent. */
+  dispose(): void;
+}
+
+/** A StepModel that can snapshot and restore its state. */
+export type SnapshotModel = StepModel & Required<Pick<StepModel, "snapshot" | "restore">>;
+
+/** True when `model` implements snapshot() and restore(). */
+export function canSnapshot(model: StepModel): model is SnapshotModel {
+  return typeof model.snapshot === "function" && typeof model.restore === "function";
+}
+
+/** restore() got a snapshot it cannot use: from another model, disposed, or of another shape. */
+export class SnapshotMismatchError extends AnemllError {
+  constructor(message: string) {
+    super("E_SNAPSHOT_MISMATCH", message);
+  }
 }
 
 /** The prompt (or prompt + generated tokens) does not fit the model's context. */

@@ -51,8 +51,14 @@ export interface LoadModelOptions {
   precision?: "fp32" | "fp16";
   /** coreml backend: default "cpuAndNeuralEngine". */
   computeUnits?: ComputeUnits;
-  /** Chains: "error" (default) when the context is full, or "slide" the window (re-prefills the kept tokens). */
-  contextOverflow?: "error" | "slide";
+  /**
+   * Chains: "error" (default) when the context is full, "slide" the window (re-prefills the kept
+   * tokens), or "ring" (ring-buffer KV: attention sees the sinks and the most recent tokens, the
+   * GatedDeltaNet state keeps the whole history; see runtime-ane's README).
+   */
+  contextOverflow?: "error" | "slide" | "ring";
+  /** Chains, "ring": KV rows that keep the first tokens (attention sinks; default 4). */
+  ringSinks?: number;
   /** Wraps the chain backend (timing, tracing); chains only. */
   wrapBackend?: (backend: Backend) => Backend;
   /** mlx: most tokens per sequence (default: the config's max_position_embeddings). */
@@ -174,6 +180,7 @@ async function loadChain(
   const model = await ChainRunner.load(dir, {
     backend,
     contextOverflow: o.contextOverflow ?? "error",
+    ringSinks: o.ringSinks,
     onProgress: (e) => o.onProgress?.(e),
     signal: o.signal,
   });

@@ -1,14 +1,16 @@
 /**
  * ChainRunner: runs a converted chain (model.json + packages) one token at a time,
- * embed → super-block packages → lm_head, over a backend, with ir's chain protocol (ChainStepper:
+ * embed (read on the host) → super-block packages → lm_head, over a backend, with ir's chain protocol (ChainStepper:
  * positions and masks from the components' roles, split-head merge; the backend keeps each
  * package's state buffers),
  * and implements generate's StepModel so the shared text loop drives it.
  */
 import { join } from "node:path";
-import { AnemllError, type Tensor } from "@anemll-qwen35/core";
+import { AnemllError, InvalidArgumentError, type Tensor } from "@anemll-qwen35/core";
 import {
   ContextOverflowError,
+  SnapshotMismatchError,
+  type StateSnapshot,
   type StepModel,
   type StepOptions,
   type StepOutput,
@@ -16,23 +18,30 @@ import {
 import {
   type ChainManifest,
   ChainStepper,
+  type ComponentSnapshot,
   readChainManifest,
   type StatePlan,
   type VerifyChainOptions,
   verifyChainPackages,
 } from "@anemll-qwen35/ir/chain";
 import type { Backend, ComponentState, LoadedComponent } from "./backend.js";
+import { loadHostEmbedding } from "./host-embedding.js";
 
 export interface LoadChainOptions {
   backend: Backend;
   /**
    * What happens when prompt + generated tokens exceed the context: "error" (default) throws
    * ContextOverflowError; "slide" restarts from the most recent tokens (GDN state cannot be
-   * truncated, so the kept window is prefilled again).
+   * truncated, so the kept window is prefilled again); "ring" keeps going: KV row p mod ctx (past
+   * `ringSinks` rows that keep the first tokens), so attention sees the sinks and the last
+   * ctx − ringSinks tokens while the GatedDeltaNet layers keep their state over the whole history
+   * (see the README on what that means for quality).
    */
-  contextOverflow?: "error" | "slide";
+  contextOverflow?: ContextOverflow;
   /** "slide": the fraction of the context kept when the window moves (default 0.5). */
   slideKeep?: number;
+  /** "ring": KV rows that keep the first tokens for good (attention sinks; default 4). */
+  ringSinks?: number;
   /**
    * Check every package against model.json's sha256 before loading (default true; digests are
    * cached by the packages' file sizes and times, see ir/chain's verifyChainPackages).
@@ -46,12 +55,58 @@ export interface LoadChainOptions {
   signal?: AbortSignal;
 }
 
+export type ContextOverflow = "error" | "slide" | "ring";
+
+export const DEFAULT_RING_SINKS = 4;
+
+/**
+ * Ring mode reached a position its packages cannot take: they read RoPE from a table with a row
+ * per position up to ctx (chains converted before host-side RoPE).
+ */
+export class PositionLimitError extends AnemllError {
+  readonly position: number;
+  readonly limit: number;
+  constructor(position: number, limit: number) {
+    super(
+      "E_POSITION_LIMIT",
+      `position ${position} is past what this chain can encode (${limit} positions: its packages read RoPE ` +
+        "from a table of ctx rows); ring mode past the context needs packages that take RoPE from the host " +
+        "(convert the model again with a newer converter), or use --context-overflow slide",
+    );
+    this.position = position;
+    this.limit = limit;
+  }
+}
+
 /** A package of the chain is missing or disagrees with model.json. */
 export class ChainLoadError extends AnemllError {
   readonly component: string;
   constructor(component: string, message: string, options?: { cause?: unknown }) {
     super("E_CHAIN_LOAD", `${component}: ${message}`, options);
     this.component = component;
+  }
+}
+
+/** A ChainRunner's state: every super-block's buffers (KV rows written so far) and the tokens consumed. */
+class ChainSnapshot implements StateSnapshot {
+  readonly bytes: number;
+  private blocks: readonly (ComponentSnapshot | undefined)[] | undefined;
+  constructor(
+    readonly owner: ChainRunner,
+    readonly position: number,
+    /** The tokens a slide would prefill again (slide mode only). */
+    readonly history: Int32Array,
+    blocks: readonly (ComponentSnapshot | undefined)[],
+  ) {
+    this.blocks = blocks;
+    this.bytes = history.byteLength + blocks.reduce((n, b) => n + (b?.bytes ?? 0), 0);
+  }
+  /** The super-blocks' copies (undefined once disposed). */
+  get states(): readonly (ComponentSnapshot | undefined)[] | undefined {
+    return this.blocks;
+  }
+  dispose(): void {
+    this.blocks = undefined;
   }
 }
 
@@ -63,9 +118,11 @@ export class ChainRunner implements StepModel {
   readonly outputKind: "logits" | "top1";
   private readonly components: readonly LoadedComponent[];
   private readonly stepper: ChainStepper;
-  private readonly overflow: "error" | "slide";
+  private readonly overflow: ContextOverflow;
   private readonly slideKeep: number;
-  /** Every token consumed since reset (needed to refill the window when sliding). */
+  /** Tokens consumed since reset. */
+  private pos = 0;
+  /** "slide": every token consumed since reset (to refill the window when sliding). */
   private history: number[] = [];
   private disposed = false;
 
@@ -79,7 +136,6 @@ export class ChainRunner implements StepModel {
     this.dir = dir;
     this.manifest = manifest;
     this.backend = backend;
-    this.contextLength = manifest.ctx;
     this.outputKind = manifest.argmax ? "top1" : "logits";
     this.components = loaded;
     const parts = manifest.components.map((entry, i) => ({
@@ -89,8 +145,15 @@ export class ChainRunner implements StepModel {
       predict: (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) =>
         loaded[i].predict(inputs, state, position),
     }));
-    this.stepper = new ChainStepper(parts[0], parts.slice(1, -1), parts[parts.length - 1]);
     this.overflow = o.contextOverflow ?? "error";
+    const sinks = o.ringSinks ?? DEFAULT_RING_SINKS;
+    if (this.overflow === "ring" && (!Number.isInteger(sinks) || sinks < 0 || sinks >= manifest.ctx))
+      throw new InvalidArgumentError(`ringSinks must be an integer in [0, ${manifest.ctx}), got ${sinks}`);
+    this.stepper = new ChainStepper(parts[0], parts.slice(1, -1), parts[parts.length - 1], {
+      ring: this.overflow === "ring" ? { sinks } : undefined,
+    });
+    // ring: as many positions as the packages can encode
+    this.contextLength = this.overflow === "ring" ? this.stepper.positionLimit : manifest.ctx;
     this.slideKeep = o.slideKeep ?? 0.5;
   }
 
@@ -115,6 +178,11 @@ export class ChainRunner implements StepModel {
           total: manifest.components.length,
         });
         try {
+          // the embedding table is read on the host (host-embedding.ts), not run on the backend
+          if (entry.kind === "embed") {
+            loaded.push(await loadHostEmbedding(join(dir, entry.file), entry.name, entry.function, entry.io));
+            continue;
+          }
           loaded.push(
             await options.backend.load(join(dir, entry.file), {
               name: entry.name,
@@ -139,18 +207,45 @@ export class ChainRunner implements StepModel {
   }
 
   get position(): number {
-    return this.history.length;
+    return this.pos;
   }
 
   reset(): void {
+    this.pos = 0;
     this.history = [];
     this.stepper.reset();
+  }
+
+  /** Copies every super-block's state (KV caches up to the rows written) and the tokens consumed. */
+  async snapshot(): Promise<StateSnapshot> {
+    this.checkLive();
+    const rows = Math.min(this.pos, this.manifest.ctx);
+    return new ChainSnapshot(
+      this,
+      this.pos,
+      Int32Array.from(this.history),
+      await this.stepper.snapshot(rows),
+    );
+  }
+
+  /** Puts back a snapshot this runner took; the next token continues from its position. */
+  async restore(snapshot: StateSnapshot): Promise<void> {
+    this.checkLive();
+    if (!(snapshot instanceof ChainSnapshot) || snapshot.owner !== this)
+      throw new SnapshotMismatchError("this snapshot was not taken from this chain");
+    const states = snapshot.states;
+    if (!states) throw new SnapshotMismatchError("this snapshot was disposed");
+    await this.stepper.restore(states);
+    this.pos = snapshot.position;
+    this.history = Array.from(snapshot.history);
   }
 
   async prefill(ids: Int32Array | number[], opts: StepOptions = {}): Promise<StepOutput> {
     const tokens = Array.from(ids);
     if (tokens.length === 0) throw new AnemllError("E_EMPTY_PROMPT", "prefill needs at least one token");
     if (this.position + tokens.length > this.contextLength) {
+      if (this.overflow === "ring")
+        throw new PositionLimitError(this.position + tokens.length - 1, this.contextLength);
       if (this.overflow === "error")
         throw new ContextOverflowError(this.position + tokens.length, this.contextLength);
       // keep the most recent tokens that fit, leaving room to generate
@@ -164,6 +259,7 @@ export class ChainRunner implements StepModel {
 
   async decode(id: number, opts: StepOptions = {}): Promise<StepOutput> {
     if (this.position >= this.contextLength) {
+      if (this.overflow === "ring") throw new PositionLimitError(this.position, this.contextLength);
       if (this.overflow === "error") throw new ContextOverflowError(this.position + 1, this.contextLength);
       const keep = Math.max(1, Math.floor(this.contextLength * this.slideKeep) - 1);
       const window = this.history.slice(-keep);
@@ -184,10 +280,15 @@ export class ChainRunner implements StepModel {
     return out ?? { logits: new Float32Array(0) };
   }
 
-  private async step(token: number, withHead: boolean): Promise<StepOutput | undefined> {
+  private checkLive(): void {
     if (this.disposed) throw new AnemllError("E_DISPOSED", "the chain was disposed");
-    const r = await this.stepper.step(token, this.history.length, withHead);
-    this.history.push(token);
+  }
+
+  private async step(token: number, withHead: boolean): Promise<StepOutput | undefined> {
+    this.checkLive();
+    const r = await this.stepper.step(token, this.pos, withHead);
+    this.pos++;
+    if (this.overflow === "slide") this.history.push(token);
     return r.head;
   }
 

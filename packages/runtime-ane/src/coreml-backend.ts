@@ -20,7 +20,7 @@ import {
   type NativeStateBuffer,
   type NativeTensor,
 } from "@anemll-qwen35/coreml";
-import type { IoDType, IoTensor, StatePlan } from "@anemll-qwen35/ir/chain";
+import type { ComponentSnapshot, IoDType, IoTensor, StatePlan } from "@anemll-qwen35/ir/chain";
 import {
   type Backend,
   type ComponentState,
@@ -64,6 +64,11 @@ const buffer = (b: { input: IoTensor; output: IoTensor }): NativeStateBuffer => 
   dtype: b.input.dtype,
 });
 
+interface CoreMLSnapshot extends ComponentSnapshot {
+  readonly rows: number;
+  readonly buffers: readonly ArrayBuffer[];
+}
+
 class CoreMLState implements ComponentState {
   /** A reset that failed, reported by the next prediction. */
   failure: unknown;
@@ -73,6 +78,16 @@ class CoreMLState implements ComponentState {
     this.native.reset().catch((err) => {
       this.failure = err;
     });
+  }
+  async snapshot(rows: number): Promise<CoreMLSnapshot> {
+    if (this.failure) throw this.failure;
+    const buffers = await this.native.read(rows);
+    return { rows, buffers, bytes: buffers.reduce((n, b) => n + b.byteLength, 0) };
+  }
+  async restore(s: ComponentSnapshot): Promise<void> {
+    const snap = s as CoreMLSnapshot;
+    await this.native.write(snap.buffers, snap.rows);
+    this.failure = undefined;
   }
 }
 

@@ -53,7 +53,10 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
       });
       return {
         newState: (plan: StatePlan) =>
-          new InterpreterState(plan, () => (plan.coreStates.length ? interp.newState() : undefined)),
+          new InterpreterState(plan, () => (plan.coreStates.length ? interp.newState() : undefined), {
+            copy: (core) => core?.clone(),
+            bytes: (core) => core?.bytes ?? 0,
+          }),
         async predict(inputs: Record<string, Tensor>, state?: ComponentState, position?: number) {
           // The interpreter computes synchronously: give the event loop a turn first, so that a
           // server or UI driving the chain keeps serving I/O (and sees aborts) during generation.

@@ -12,8 +12,8 @@
 
 import { join } from "node:path";
 import { InvalidArgumentError } from "@anemll-qwen35/core";
-import type { StepModel, StepOptions, StepOutput } from "@anemll-qwen35/generate";
-import { ContextOverflowError } from "@anemll-qwen35/generate";
+import type { StateSnapshot, StepModel, StepOptions, StepOutput } from "@anemll-qwen35/generate";
+import { ContextOverflowError, SnapshotMismatchError } from "@anemll-qwen35/generate";
 import {
   type Qwen35Config,
   type ResolveOptions,
@@ -24,7 +24,7 @@ import { type DtypeLike, toDtype } from "./array.js";
 import { ModelDisposedError, RuntimeMlxError } from "./errors.js";
 import * as mx from "./mlx.js";
 import type { Dtype, MxArray } from "./native.js";
-import { type GdnState, gdnStateArrays, KvCache } from "./qwen35/cache.js";
+import { type GdnState, gdnStateArrays, handle, KvCache, type KvSnapshot } from "./qwen35/cache.js";
 import { type CheckpointFormat, openCheckpoint } from "./qwen35/checkpoint.js";
 import { forward, type Qwen35Weights } from "./qwen35/model.js";
 import { type BuildProgress, buildWeights, validateMlx, weightsArrays } from "./qwen35/weights.js";
@@ -107,6 +107,36 @@ function raceAbort<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T
   });
 }
 
+/** An MlxQwen35 state: handles to its GDN states and KV buffers (MLX arrays are values: no copy). */
+class MlxSnapshot implements StateSnapshot {
+  private held: { gdn: (GdnState | undefined)[]; kv: (KvSnapshot | undefined)[] } | undefined;
+  readonly bytes: number;
+  constructor(
+    readonly owner: MlxQwen35,
+    readonly position: number,
+    gdn: (GdnState | undefined)[],
+    kv: (KvSnapshot | undefined)[],
+  ) {
+    this.held = { gdn, kv };
+    this.bytes = this.arrays().reduce((n, a) => n + a.nbytes, 0);
+  }
+  /** What it holds (undefined once disposed). */
+  get state() {
+    return this.held;
+  }
+  arrays(): MxArray[] {
+    if (!this.held) return [];
+    return [...this.held.gdn.flatMap(gdnStateArrays), ...this.held.kv.flatMap((k) => k?.arrays ?? [])];
+  }
+  dispose(): void {
+    mx.dispose(this.arrays());
+    this.held = undefined;
+  }
+}
+
+const gdnHandle = (s: GdnState | undefined): GdnState | undefined =>
+  s ? { conv: handle(s.conv), recurrent: handle(s.recurrent) } : undefined;
+
 /** A loaded Qwen3.5 model with its per-sequence state. */
 export class MlxQwen35 implements StepModel, AsyncDisposable {
   readonly outputKind = "logits" as const;
@@ -183,6 +213,43 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
     this.gdn = this.gdn.map(() => undefined);
     for (const c of this.kv) c?.reset();
     this.pos = 0;
+    this.lastArgmax = undefined;
+    this.speculateNext = true;
+  }
+
+  /**
+   * The sequence state at this position: new handles to the GDN states and KV buffers, evaluated
+   * (a pending speculative step is left as it is; what it wrote past the position is never read).
+   */
+  async snapshot(): Promise<StateSnapshot> {
+    this.check("snapshot");
+    if (this.busy) throw new ModelBusyError("snapshot");
+    const snap = new MlxSnapshot(
+      this,
+      this.pos,
+      this.gdn.map(gdnHandle),
+      this.kv.map((c) => c?.snapshot(this.pos)),
+    );
+    await mx.asyncEval(snap.arrays());
+    return snap;
+  }
+
+  /** Puts a snapshot of this model back; the next token continues from its position. */
+  async restore(snapshot: StateSnapshot): Promise<void> {
+    this.check("restore");
+    if (this.busy) throw new ModelBusyError("restore");
+    if (!(snapshot instanceof MlxSnapshot) || snapshot.owner !== this)
+      throw new SnapshotMismatchError("this snapshot was not taken from this model");
+    const held = snapshot.state;
+    if (!held) throw new SnapshotMismatchError("this snapshot was disposed");
+    this.dropSpeculation();
+    mx.dispose(this.gdn.flatMap(gdnStateArrays));
+    this.gdn = held.gdn.map(gdnHandle);
+    for (const [i, c] of this.kv.entries()) {
+      const k = held.kv[i];
+      if (c && k) c.restore(k);
+    }
+    this.pos = snapshot.position;
     this.lastArgmax = undefined;
     this.speculateNext = true;
   }

@@ -98,9 +98,15 @@ export async function planChat(req: ChatCompletionRequest, served: ServedModel):
     throw err;
   }
   promptFits(promptIds.length, served, "messages");
+  // ChatML: the system turn (system prompt and tools) ends at its <|im_end|>; the next request
+  // with the same system turn restores the state from there
+  const imEnd = served.tokenizer.tokenId("<|im_end|>");
+  const systemEnd = imEnd === undefined ? -1 : promptIds.indexOf(imEnd);
+  const hasSystemTurn = messages[0]?.role === "system" || renderTools.length > 0;
 
   return {
     promptIds,
+    cacheCheckpoints: hasSystemTurn && systemEnd >= 0 ? [systemEnd + 1] : [],
     sampling: planSampling(req, served),
     maxTokens: req.max_completion_tokens ?? req.max_tokens,
     stop,

@@ -5,7 +5,14 @@
  * reference interpreter, a checkpoint on MLX).
  */
 import { basename, resolve } from "node:path";
-import type { SamplingOptions, StepModel, Tokenizer } from "@anemll-qwen35/generate";
+import {
+  canSnapshot,
+  PromptCache,
+  type PromptCacheOptions,
+  type SamplingOptions,
+  type StepModel,
+  type Tokenizer,
+} from "@anemll-qwen35/generate";
 import { type LoadModelOptions, loadModel, withTop1Default } from "@anemll-qwen35/models";
 import { ServerConfigError } from "./errors.js";
 import { PromptTokenizer, type PromptTokenizerOptions } from "./prompt-tokenizer.js";
@@ -50,17 +57,31 @@ export interface ServedModel {
   /** Sampling for fields a request leaves out. */
   readonly sampling: SamplingOptions;
   readonly queue: ModelQueue;
+  /**
+   * Snapshots of this model's state by prompt prefix (undefined when the cache is off or the
+   * model cannot snapshot its state).
+   */
+  readonly promptCache: PromptCache | undefined;
   /** Unix seconds, for /v1/models. */
   readonly created: number;
   dispose(): Promise<void>;
 }
+
+/** The prompt cache of each model: on with this budget (and minimum prefix), or off (false). */
+export type PromptCacheSettings = Partial<PromptCacheOptions> | false;
+
+/** Each model's default prompt-cache budget: 1 GB. */
+export const DEFAULT_PROMPT_CACHE_BYTES = 1_000_000_000;
 
 /** Opens every source (in order; on failure, what was opened is disposed) and checks the names. */
 export async function openModels(
   sources: readonly ModelSource[],
   queue: number,
   tokenize: PromptTokenizerOptions = {},
+  promptCache: PromptCacheSettings = {},
 ): Promise<ServedModel[]> {
+  // refuse a bad budget before any model is opened
+  if (promptCache) cacheFor(undefined, promptCache);
   if (sources.length === 0) throw new ServerConfigError("no models to serve: give at least one");
   const served: ServedModel[] = [];
   // one tokenizer worker per tokenizer object, whichever models share it
@@ -72,7 +93,7 @@ export async function openModels(
   };
   try {
     for (const s of sources) {
-      const m = await openModel(s, queue, promptsFor);
+      const m = await openModel(s, queue, promptsFor, promptCache);
       if (served.some((o) => o.name === m.name)) {
         await m.dispose();
         throw new ServerConfigError(
@@ -88,10 +109,20 @@ export async function openModels(
   return served;
 }
 
+function cacheFor(model: StepModel | undefined, settings: PromptCacheSettings): PromptCache | undefined {
+  if (settings === false || (model && !canSnapshot(model))) return undefined;
+  try {
+    return new PromptCache({ maxBytes: DEFAULT_PROMPT_CACHE_BYTES, ...settings });
+  } catch (err) {
+    throw new ServerConfigError((err as Error).message);
+  }
+}
+
 async function openModel(
   source: ModelSource,
   defaultQueue: number,
   promptsFor: (t: Tokenizer) => PromptTokenizer,
+  promptCache: PromptCacheSettings,
 ): Promise<ServedModel> {
   const queueSize = source.queue ?? defaultQueue;
   if (!Number.isInteger(queueSize) || queueSize < 0) {
@@ -102,6 +133,7 @@ async function openModel(
     if (!source.name) throw new ServerConfigError("a ready model needs a name");
     const { model, tokenizer } = source;
     const prompts = promptsFor(tokenizer);
+    const cache = cacheFor(model, promptCache);
     return {
       name: source.name,
       model,
@@ -110,9 +142,11 @@ async function openModel(
       backend: source.backend ?? "custom",
       sampling: withTop1Default(model, source.sampling ?? {}),
       queue: new ModelQueue(source.name, queueSize),
+      promptCache: cache,
       created,
       dispose: async () => {
         await prompts.close();
+        cache?.clear();
         if (source.dispose) await model.dispose();
       },
     };
@@ -122,6 +156,7 @@ async function openModel(
   const { path, name: _name, sampling, queue, ...options } = source;
   const loaded = await loadModel(path, options);
   const prompts = promptsFor(loaded.tokenizer);
+  const cache = cacheFor(loaded.model, promptCache);
   return {
     name,
     model: loaded.model,
@@ -130,9 +165,11 @@ async function openModel(
     backend: loaded.backend.detail,
     sampling: withTop1Default(loaded.model, { ...loaded.sampling, ...sampling }),
     queue: new ModelQueue(name, queueSize),
+    promptCache: cache,
     created,
     dispose: async () => {
       await prompts.close();
+      cache?.clear();
       await loaded.dispose();
     },
   };

@@ -16,6 +16,8 @@ export interface GenerationPlan {
   readonly stop: string[];
   readonly stream: boolean;
   readonly includeUsage: boolean;
+  /** Prompt positions worth a prompt-cache snapshot (e.g. where the system prompt and tools end). */
+  readonly cacheCheckpoints?: readonly number[];
 }
 
 /** The sampling fields OpenAI (and vLLM) requests carry. */

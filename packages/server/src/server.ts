@@ -2,8 +2,8 @@
  * createServer(): an OpenAI-compatible HTTP server (fastify) over one or more StepModels.
  *
  * Per request: validate the body (zod) → pick the model by `model` → render and tokenize the prompt
- * and check it fits → wait for the model's turn (FIFO, bounded; 429 when full) → generate (the model
- * is reset first: no prefix cache) → answer as JSON or as a stream of server-sent events. A client
+ * and check it fits → wait for the model's turn (FIFO, bounded; 429 when full) → generate (from the
+ * longest cached prefix of the prompt, see ServerOptions.promptCache) → answer as JSON or as a stream of server-sent events. A client
  * that disconnects aborts its generation, which frees the model for the next request.
  * This file holds the server's life (auth, errors, request log, listen, close); the routes are in
  * routes/ (info, chat-completions, completions, and the model turn they share).
@@ -18,7 +18,7 @@ import {
   ServerListenError,
   toApiError,
 } from "./errors.js";
-import { type ModelSource, openModels, type ServedModel } from "./models.js";
+import { type ModelSource, openModels, type PromptCacheSettings, type ServedModel } from "./models.js";
 import type { PromptTokenizerOptions } from "./prompt-tokenizer.js";
 import { registerChatCompletions } from "./routes/chat-completions.js";
 import { registerCompletions } from "./routes/completions.js";
@@ -47,6 +47,12 @@ export interface ServerOptions {
   requestTimeoutMs?: number;
   /** How long close() lets the requests in flight finish before it cuts them off (default 30 s). */
   drainMs?: number;
+  /**
+   * Each model's prompt cache: snapshots of its state by prompt prefix, so that requests sharing a
+   * system prompt and tools skip that prefill. Default on, 1 GB per model (`maxBytes`); `false`
+   * turns it off. Models that cannot snapshot their state run without one.
+   */
+  promptCache?: PromptCacheSettings;
   /** Where and how long large prompts are tokenized (see PromptTokenizer). */
   tokenize?: PromptTokenizerOptions;
   /** Called once per request when its response is complete (or the client left). */
@@ -67,6 +73,8 @@ export interface RequestLog {
   /** "stop" | "length" | "tool_calls", or "abort" when the client left first. */
   finishReason?: string;
   promptTokens?: number;
+  /** Prompt tokens restored from the prompt cache (not prefilled). */
+  cachedTokens?: number;
   completionTokens?: number;
   /** Time spent waiting for the model's turn. */
   queuedMs?: number;
@@ -115,7 +123,7 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
   if (!Number.isInteger(requestTimeout) || requestTimeout < 1) {
     throw new ServerConfigError(`requestTimeoutMs must be a positive integer, got ${requestTimeout}`);
   }
-  const models = await openModels(options.models, queue, options.tokenize);
+  const models = await openModels(options.models, queue, options.tokenize, options.promptCache);
   /** The requests' work, so close() can wait for it. */
   const inflight = new Set<Promise<unknown>>();
   const track = <T>(p: Promise<T>): Promise<T> => {

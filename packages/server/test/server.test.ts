@@ -124,6 +124,7 @@ describe("the real converted tiny model", () => {
       prompt_tokens: direct.stats.promptTokens,
       completion_tokens: direct.stats.generatedTokens,
       total_tokens: direct.stats.promptTokens + direct.stats.generatedTokens,
+      prompt_tokens_details: { cached_tokens: 0 },
     });
   });
 
@@ -154,7 +155,9 @@ describe("the real converted tiny model", () => {
     expect(finish.choices[0].finish_reason).toBe(whole.choices[0].finish_reason);
     const last = chunks.at(-1)!;
     expect(last.choices).toEqual([]);
-    expect(last.usage).toEqual(whole.usage);
+    // the repeat may restore part of the prompt from the cache (prompt-cache.test.ts checks how much)
+    const { prompt_tokens_details: _, ...counts } = whole.usage ?? {};
+    expect(last.usage).toMatchObject(counts);
   });
 
   it("continues raw text on /v1/completions, streamed or not", async () => {

@@ -5,6 +5,7 @@ import {
   DEFAULT_DRAIN_MS,
   DEFAULT_HOST,
   DEFAULT_PORT,
+  DEFAULT_PROMPT_CACHE_BYTES,
   DEFAULT_QUEUE,
   type PathModelSource,
   type RequestLog,
@@ -42,6 +43,13 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
     .option("--max-body <size>", "largest request body (e.g. 1mb, 512kb)", bytes("--max-body"), 1_000_000)
     .option("--model-name <name>", "the name clients use for the model (one model only)")
     .option(
+      "--prompt-cache <size>",
+      "each model's prompt cache: state snapshots by prompt prefix, so requests sharing a system prompt and tools skip that prefill (size limit, e.g. 2gb)",
+      bytes("--prompt-cache"),
+      DEFAULT_PROMPT_CACHE_BYTES,
+    )
+    .option("--no-prompt-cache", "turn the prompt cache off (every request prefills its whole prompt)")
+    .option(
       "--drain <seconds>",
       "on Ctrl-C / SIGTERM, how long the requests in flight may take to finish",
       num("--drain", 0),
@@ -64,6 +72,7 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
       apiKey,
       queue: o.queue,
       maxBodyBytes: Math.round(o.maxBody),
+      promptCache: o.promptCache === false ? false : { maxBytes: Math.round(o.promptCache) },
       onRequestEnd: (l) => out.notice(logLine(l)),
     });
     const stop = new AbortController();
@@ -83,12 +92,13 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
           id: m.name,
           backend: m.backend,
           contextLength: m.model.contextLength,
+          promptCacheBytes: m.promptCache?.maxBytes ?? 0,
         })),
       });
       out.line(`serving the OpenAI API at ${url}/v1${apiKey ? " (API key required)" : ""}`);
       for (const m of server.models) {
         out.line(
-          `  ${m.name} · ${m.backend} · context ${m.model.contextLength} tokens · queue ${m.queue.capacity}`,
+          `  ${m.name} · ${m.backend} · context ${m.model.contextLength} tokens · queue ${m.queue.capacity} · ${cacheText(m.promptCache?.maxBytes)}`,
         );
       }
       out.notice("Ctrl-C to stop");
@@ -115,6 +125,7 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
 
 interface ServeOptions extends ModelOptions {
   model?: string[];
+  promptCache?: number | false;
   drain?: number;
   modelName?: string;
 }
@@ -149,6 +160,10 @@ function modelSources(
   return sources;
 }
 
+function cacheText(maxBytes: number | undefined): string {
+  return maxBytes === undefined ? "no prompt cache" : `prompt cache ${(maxBytes / 1e6).toFixed(0)} MB`;
+}
+
 function isLoopback(host: string): boolean {
   return host === "localhost" || host === "::1" || /^127\./.test(host);
 }
@@ -156,7 +171,10 @@ function isLoopback(host: string): boolean {
 function logLine(l: RequestLog): string {
   const parts = [`${l.method} ${l.url} ${l.status}`];
   if (l.model) parts.push(l.model);
-  if (l.promptTokens !== undefined) parts.push(`${l.promptTokens}+${l.completionTokens ?? 0} tok`);
+  if (l.promptTokens !== undefined)
+    parts.push(
+      `${l.promptTokens}+${l.completionTokens ?? 0} tok${l.cachedTokens ? ` (${l.cachedTokens} cached)` : ""}`,
+    );
   if (l.finishReason) parts.push(l.finishReason);
   parts.push(
     `${l.totalMs.toFixed(0)} ms${l.queuedMs && l.queuedMs >= 1 ? ` (queued ${l.queuedMs.toFixed(0)} ms)` : ""}`,

@@ -5,7 +5,9 @@
  *
  * The per-step protocol for one decode token at position p (0 ≤ p < ctx):
  *   embed:        input_ids = [[token]]                              → hidden
- *   superblocks:  hidden, position = [p], mask (see MaskRule), and per layer
+ *   superblocks:  hidden, rope_cos / rope_sin (the host's RoPE angles for p: rope.ts), mask (see
+ *                 MaskRule), position = [p] (mlstate KV only: where the state row is written; packages
+ *                 of earlier converters take it in every placement and gather RoPE by it), and per layer
  *                   gdn{L}_conv / gdn{L}_rec  (zeros at sequence start) → gdn{L}_conv_out / gdn{L}_rec_out,
  *                   which replace them for the next step;
  *                 io KV:      kv{L}_k / kv{L}_v [1, Hkv, ctx, hd] (rows < p valid) → kv{L}_k_new / kv{L}_v_new
@@ -47,6 +49,13 @@ export type IoRole =
   | { readonly kind: "hidden_in" }
   | { readonly kind: "hidden_out" }
   | { readonly kind: "position" }
+  /** RoPE cos or sin of this step's positions, [1, 1, T, rotaryDim / 2] (ir/chain's ropeCosSin). */
+  | {
+      readonly kind: "rope";
+      readonly part: "cos" | "sin";
+      readonly rotaryDim: number;
+      readonly theta: number;
+    }
   | { readonly kind: "mask"; readonly rule: MaskRule; readonly keys: number; readonly maskValue: number }
   /** GDN conv window: the last 3 pre-conv in_proj_qkv columns. `next` is the input an output replaces. */
   | { readonly kind: "gdn_conv_in"; readonly layer: number }
@@ -122,6 +131,39 @@ export function decodeMask(rule: MaskRule, ctx: number, position: number): Float
   const m = new Float32Array(ctx).fill(MASK_NEG);
   m.fill(0, 0, position + 1);
   return m;
+}
+
+/**
+ * Ring-buffer KV (a runner's context overflow "ring"): the KV row of the token at `position`.
+ * Rows [0, sinks) keep the first `sinks` tokens for good (attention sinks); from `ctx` on, the
+ * other rows are reused in turn, so the cache holds the sinks and the most recent ctx − sinks
+ * tokens. Below ctx it is the position itself.
+ */
+export function ringRow(ctx: number, sinks: number, position: number): number {
+  checkRing(ctx, sinks, position);
+  return position < ctx ? position : sinks + ((position - sinks) % (ctx - sinks));
+}
+
+/**
+ * The mask for the token at `position` with ring-buffer KV (see ringRow): below ctx, decodeMask;
+ * from ctx on every cache row holds a token of the window, except (io) the row this token's K/V
+ * will replace — its token has just left the window — so each query sees the sinks and the most
+ * recent ctx − sinks tokens, itself included.
+ */
+export function ringMask(rule: MaskRule, ctx: number, sinks: number, position: number): Float32Array {
+  checkRing(ctx, sinks, position);
+  if (position < ctx) return decodeMask(rule, ctx, position);
+  if (rule === "mlstate") return new Float32Array(ctx);
+  const m = new Float32Array(ctx + 1);
+  m[ringRow(ctx, sinks, position)] = MASK_NEG;
+  return m;
+}
+
+function checkRing(ctx: number, sinks: number, position: number): void {
+  if (!Number.isInteger(sinks) || sinks < 0 || sinks >= ctx)
+    throw new InvalidArgumentError(`ring KV: sinks must be an integer in [0, ${ctx}), got ${sinks}`);
+  if (!Number.isInteger(position) || position < 0)
+    throw new InvalidArgumentError(`position ${position} is not a non-negative integer`);
 }
 
 /** The vocabulary id picked by an argmax-mode lm_head (largest value; first piece on ties). */

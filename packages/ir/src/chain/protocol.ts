@@ -6,14 +6,35 @@
  * caches, Core ML states) are kept by the component, as its state.ts plan says: per step the
  * protocol feeds only hidden state, position and mask, and reads back hidden state or logits.
  */
-import { f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
-import { argmaxToken, ChainProtocolError, type ComponentIO, decodeMask, type IoTensor } from "./contract.js";
+import { f32ToF16Bits, InvalidArgumentError, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
+import {
+  argmaxToken,
+  ChainProtocolError,
+  type ComponentIO,
+  decodeMask,
+  type IoTensor,
+  ringMask,
+  ringRow,
+} from "./contract.js";
+import { ropeCosSin } from "./rope.js";
 import { hostInputs, isStateless, type StatePlan, statePlan } from "./state.js";
 
-/** What a component keeps between steps (see ChainComponent.newState); the protocol only resets it. */
+/** What a component keeps between steps (see ChainComponent.newState); the protocol resets and copies it. */
 export interface ChainComponentState {
   /** Zeroes every kept buffer (sequence start); ordered before the next predict(). */
   reset(): void;
+  /**
+   * A copy of every kept buffer (KV caches: rows [0, rows), the others are zeros), taken after the
+   * predictions asked for before.
+   */
+  snapshot(rows: number): Promise<ComponentSnapshot>;
+  /** Puts a snapshot of a state of the same plan back, before the predictions asked for after. */
+  restore(snapshot: ComponentSnapshot): Promise<void>;
+}
+
+/** A copy of one component's state; `bytes` is what it holds. */
+export interface ComponentSnapshot {
+  readonly bytes: number;
 }
 
 /** One loaded component as the protocol drives it. */
@@ -46,14 +67,20 @@ export interface ChainStepResult {
   readonly head?: HeadOutput;
 }
 
+/** Positions a chain with host RoPE can take (the position input is int32). */
+export const MAX_POSITIONS = 2 ** 31 - 1;
+
 interface Block {
   readonly c: ChainComponent;
+  /** Takes RoPE as inputs (role "rope"); its position input is then only the mlstate KV row. */
+  readonly hostRope: boolean;
   readonly inputs: readonly IoTensor[];
   readonly hiddenOut: IoTensor;
   readonly state: ChainComponentState | undefined;
 }
 
-function maskTensor(t: IoTensor, values: Float32Array): Tensor {
+/** Float values as an input of `t`'s dtype (fp16 as bit patterns). */
+export function floatTensor(t: IoTensor, values: Float32Array): Tensor {
   if (t.dtype === "fp16") return tensor("f16", t.shape, Uint16Array.from(values, f32ToF16Bits));
   return tensor("f32", t.shape, values);
 }
@@ -87,13 +114,29 @@ export function readHeadOutputs(head: ChainComponent, outputs: Record<string, Te
   return { logits };
 }
 
+export interface ChainStepperOptions {
+  /**
+   * Ring-buffer KV past the context (see ringRow / ringMask): the token at position p writes KV
+   * row ringRow(ctx, sinks, p) and sees the sinks and the most recent ctx − sinks tokens; the
+   * GatedDeltaNet states carry on over the whole history.
+   */
+  readonly ring?: { readonly sinks: number };
+}
+
 /** embed → super-blocks → lm_head for one token at a time; each super-block keeps its own state. */
 export class ChainStepper {
   private readonly embed: ChainComponent;
   private readonly blocks: Block[];
   private readonly head: ChainComponent;
+  private readonly ring: { readonly sinks: number } | undefined;
 
-  constructor(embed: ChainComponent, superblocks: readonly ChainComponent[], head: ChainComponent) {
+  constructor(
+    embed: ChainComponent,
+    superblocks: readonly ChainComponent[],
+    head: ChainComponent,
+    o: ChainStepperOptions = {},
+  ) {
+    this.ring = o.ring;
     this.embed = embed;
     this.blocks = superblocks.map((c) => {
       const plan = statePlan(c.name, c.io);
@@ -103,6 +146,7 @@ export class ChainStepper {
         c,
         inputs: hostInputs(c.io),
         hiddenOut,
+        hostRope: c.io.inputs.some((t) => t.role.kind === "rope"),
         state: isStateless(plan) ? undefined : c.newState(plan),
       };
     });
@@ -114,7 +158,44 @@ export class ChainStepper {
     for (const s of this.blocks) s.state?.reset();
   }
 
-  /** Runs `token` at `position` (0 ≤ position < ctx); the lm_head only when `withHead`. */
+  /** A copy of every super-block's state (KV caches up to row `rows`), in order. */
+  async snapshot(rows: number): Promise<(ComponentSnapshot | undefined)[]> {
+    return Promise.all(this.blocks.map((s) => s.state?.snapshot(rows)));
+  }
+
+  /** Puts back what snapshot() returned (of this stepper's components). */
+  async restore(snapshots: readonly (ComponentSnapshot | undefined)[]): Promise<void> {
+    if (snapshots.length !== this.blocks.length)
+      throw new InvalidArgumentError(
+        `a snapshot of ${snapshots.length} super-block states cannot be restored into ${this.blocks.length}`,
+      );
+    await Promise.all(
+      this.blocks.map(async (s, i) => {
+        const snap = snapshots[i];
+        if (!s.state || !snap) {
+          if (s.state || snap)
+            throw new InvalidArgumentError(`${s.c.name}: the snapshot does not match its state`);
+          return;
+        }
+        await s.state.restore(snap);
+      }),
+    );
+  }
+
+  /**
+   * The most positions this chain can step through with ring KV: any int32 position when every
+   * super-block takes RoPE from the host, else ctx (older packages gather RoPE from a table of ctx
+   * rows by the position input).
+   */
+  get positionLimit(): number {
+    if (this.blocks.every((b) => b.hostRope)) return MAX_POSITIONS;
+    return this.blocks[0]?.c.io.ctx ?? MAX_POSITIONS;
+  }
+
+  /**
+   * Runs `token` at `position` (0 ≤ position < ctx; any position below positionLimit with ring
+   * KV); the lm_head only when `withHead`.
+   */
   async step(token: number, position: number, withHead: boolean): Promise<ChainStepResult> {
     const e = await this.embed.predict({
       [this.embed.io.inputs[0].name]: tensor("i32", [1, 1], Int32Array.of(token)),
@@ -125,20 +206,32 @@ export class ChainStepper {
     const hiddens: Tensor[] = [];
     for (const s of this.blocks) {
       const io = s.c.io;
+      const row = this.ring ? ringRow(io.ctx, this.ring.sinks, position) : position;
       const inputs: Record<string, Tensor> = {};
       for (const t of s.inputs) {
         const role = t.role;
         if (role.kind === "hidden_in") inputs[t.name] = hidden;
-        else if (role.kind === "position") inputs[t.name] = tensor("i32", t.shape, Int32Array.of(position));
-        else if (role.kind === "mask")
-          inputs[t.name] = maskTensor(t, decodeMask(role.rule, io.ctx, position));
+        else if (role.kind === "position")
+          // host RoPE: the mlstate KV row; older packages also gather RoPE by it (positionLimit)
+          inputs[t.name] = tensor("i32", t.shape, Int32Array.of(s.hostRope ? row : position));
+        else if (role.kind === "rope") {
+          // RoPE by the token's own position, wherever its KV row is
+          const { cos, sin } = ropeCosSin(role, [position]);
+          inputs[t.name] = floatTensor(t, role.part === "cos" ? cos : sin);
+        } else if (role.kind === "mask")
+          inputs[t.name] = floatTensor(
+            t,
+            this.ring
+              ? ringMask(role.rule, io.ctx, this.ring.sinks, position)
+              : decodeMask(role.rule, io.ctx, position),
+          );
         else
           throw new ChainProtocolError(
             s.c.name,
             `input ${t.name} (role ${role.kind}) is not the host's to feed`,
           );
       }
-      const r = await s.c.predict(inputs, s.state, position);
+      const r = await s.c.predict(inputs, s.state, row);
       const v = r[s.hiddenOut.name];
       if (!v) throw new ChainProtocolError(s.c.name, `the package did not return output ${s.hiddenOut.name}`);
       hidden = v;

@@ -7,6 +7,7 @@
  */
 import { f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
 import { ChainProtocolError, type ComponentIO, type IoTensor } from "./contract.js";
+import type { ChainComponentState, ComponentSnapshot } from "./protocol.js";
 
 /** Step t's `output` is step t+1's `input` (GDN conv window and recurrent state). */
 export interface CarriedBuffer {
@@ -35,7 +36,7 @@ export interface StatePlan {
 /** The sequence axis of a KV cache, along which rows are written. */
 export const KV_ROW_AXIS = 2;
 
-const HOST_INPUTS = new Set(["input_ids", "hidden_in", "position", "mask"]);
+const HOST_INPUTS = new Set(["input_ids", "hidden_in", "position", "rope", "mask"]);
 
 /** Inputs the host feeds every step; every other input is a kept buffer. */
 export function hostInputs(io: ComponentIO): readonly IoTensor[] {
@@ -123,19 +124,46 @@ export function writeRows(cache: Tensor, rows: Tensor, position: number): number
   return heads * t * d * cache.data.BYTES_PER_ELEMENT;
 }
 
+/** Rows [0, rows) of `cache` ([1, H, ctx, d]) as a [1, H, rows, d] tensor of its dtype (a copy). */
+export function readRows(cache: Tensor, rows: number): Tensor {
+  const [one, heads, ctx, d] = cache.shape;
+  if (!Number.isInteger(rows) || rows < 0 || rows > ctx) {
+    throw new RangeError(`rows [0, ${rows}) are outside the cache's ${ctx} rows`);
+  }
+  const out = tensor(cache.dtype, [one, heads, rows, d]);
+  const src = cache.data as Uint16Array | Float32Array;
+  const dst = out.data as Uint16Array | Float32Array;
+  for (let h = 0; h < heads; h++) dst.set(src.subarray(h * ctx * d, (h * ctx + rows) * d), h * rows * d);
+  return out;
+}
+
+/** What HostState.snapshot() copies: every kept buffer (KV caches up to `rows`) and the core state. */
+export interface HostSnapshot<Core> extends ComponentSnapshot {
+  readonly rows: number;
+  readonly buffers: ReadonlyMap<string, Tensor>;
+  readonly core: Core;
+  readonly bytes: number;
+}
+
 /**
  * The state plan kept as host tensors, for backends that run on host memory (the reference
  * interpreter): a carried output replaces its input by reference (ping-pong without a copy), rows
  * are written into the cache. `core` is the backend's own state for `coreStates` (the
  * interpreter's MilState), made again on reset.
  */
-export class HostState<Core = undefined> {
+export class HostState<Core = undefined> implements ChainComponentState {
   private readonly buffers = new Map<string, Tensor>();
   private coreState!: Core;
 
+  /**
+   * @param newCore makes the backend's own state (zeros)
+   * @param coreCopies copies it and counts its bytes (for snapshot / restore; without it, a state
+   *   with a core cannot be copied)
+   */
   constructor(
     readonly plan: StatePlan,
     private readonly newCore: () => Core,
+    private readonly coreCopies?: { copy: (core: Core) => Core; bytes: (core: Core) => number },
   ) {
     this.reset();
   }
@@ -149,6 +177,60 @@ export class HostState<Core = undefined> {
     for (const b of [...this.plan.carried, ...this.plan.rowWritten])
       this.buffers.set(b.input.name, zeros(b.input));
     this.coreState = this.newCore();
+  }
+
+  /**
+   * A copy of every buffer: carried ones whole, KV caches up to row `rows` (the rows written so
+   * far; the others are zeros), the core state through `copyCore`.
+   */
+  async snapshot(rows: number): Promise<HostSnapshot<Core>> {
+    return this.copy(rows);
+  }
+
+  async restore(s: ComponentSnapshot): Promise<void> {
+    this.put(s as HostSnapshot<Core>);
+  }
+
+  /** snapshot(), synchronously. */
+  copy(rows: number): HostSnapshot<Core> {
+    const buffers = new Map<string, Tensor>();
+    let bytes = 0;
+    const keep = (name: string, t: Tensor) => {
+      buffers.set(name, t);
+      bytes += t.data.byteLength;
+    };
+    for (const b of this.plan.carried) {
+      const t = this.buffers.get(b.input.name) as Tensor;
+      keep(b.input.name, tensor(t.dtype, t.shape, t.data.slice()));
+    }
+    for (const b of this.plan.rowWritten)
+      keep(b.input.name, readRows(this.buffers.get(b.input.name) as Tensor, rows));
+    const core = this.copiedCore(this.coreState);
+    if (core !== undefined && this.coreCopies) bytes += this.coreCopies.bytes(core);
+    return { rows, buffers, core, bytes };
+  }
+
+  /** restore(), synchronously; copies the snapshot again, so it stays usable. */
+  put(s: HostSnapshot<Core>): void {
+    if (!(s.buffers instanceof Map) || s.buffers.size !== this.buffers.size)
+      throw new ChainProtocolError(this.plan.component, "the snapshot is not of this state's plan");
+    for (const b of this.plan.carried) {
+      const t = s.buffers.get(b.input.name) as Tensor;
+      this.buffers.set(b.input.name, tensor(t.dtype, t.shape, t.data.slice()));
+    }
+    for (const b of this.plan.rowWritten) {
+      const cache = zeros(b.input);
+      writeRows(cache, s.buffers.get(b.input.name) as Tensor, 0);
+      this.buffers.set(b.input.name, cache);
+    }
+    this.coreState = this.copiedCore(s.core);
+  }
+
+  private copiedCore(core: Core): Core {
+    if (core === undefined) return core;
+    if (!this.coreCopies)
+      throw new ChainProtocolError(this.plan.component, "this state's core state cannot be copied");
+    return this.coreCopies.copy(core);
   }
 
   /** The host's inputs plus the kept buffers, by input name. */

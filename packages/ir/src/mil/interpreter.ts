@@ -175,13 +175,29 @@ export class MilState {
   readonly values = new Map<string, RtTensor>();
   readonly types: ReadonlyMap<string, TensorType>;
 
-  constructor(types: ReadonlyMap<string, TensorType>) {
+  /** Zeros of `types`, or a copy of `from`'s values. */
+  constructor(types: ReadonlyMap<string, TensorType>, from?: MilState) {
     this.types = types;
-    for (const [name, t] of types) this.values.set(name, { type: t, data: allocRt(t) });
+    for (const [name, t] of types) {
+      const v = from?.values.get(name);
+      this.values.set(name, { type: t, data: v ? (v.data.slice() as typeof v.data) : allocRt(t) });
+    }
   }
 
   names(): string[] {
     return [...this.types.keys()];
+  }
+
+  /** An independent copy (the same values, bit for bit, in whichever precision they are held). */
+  clone(): MilState {
+    return new MilState(this.types, this);
+  }
+
+  /** Bytes the values hold. */
+  get bytes(): number {
+    let n = 0;
+    for (const v of this.values.values()) n += (v.data as { byteLength?: number }).byteLength ?? 0;
+    return n;
   }
 
   /** A copy of state `name` in its declared dtype. */

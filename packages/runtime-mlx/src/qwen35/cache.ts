@@ -72,6 +72,22 @@ export class KvCache {
     return (this.keys?.nbytes ?? 0) + (this.values?.nbytes ?? 0);
   }
 
+  /**
+   * New handles to the buffers, and the offset. MLX arrays are values: the next update() sees a
+   * buffer someone else holds and copies it instead of writing in place, so the snapshot stays
+   * as it was (one copy of the cache per snapshot, paid on the next write).
+   */
+  snapshot(offset: number): KvSnapshot {
+    return { arrays: this.arrays().map(handle), offset };
+  }
+
+  /** Takes new handles to a snapshot's buffers; the next write goes at its offset. */
+  restore(s: KvSnapshot): void {
+    if (s.arrays.length === 2) this.replace(handle(s.arrays[0]), handle(s.arrays[1]));
+    else this.reset();
+    this.offset = s.offset;
+  }
+
   reset(): void {
     this.keys?.dispose();
     this.values?.dispose();
@@ -90,3 +106,14 @@ export interface GdnState {
 }
 
 export const gdnStateArrays = (s: GdnState | undefined): MxArray[] => (s ? [s.conv, s.recurrent] : []);
+
+/** A KV cache's buffers (none before the first write) and how many positions were written. */
+export interface KvSnapshot {
+  readonly arrays: readonly MxArray[];
+  readonly offset: number;
+}
+
+/** Another handle to the same array (a reshape to its own shape shares the buffer). */
+export function handle(a: MxArray): MxArray {
+  return mx.keep(mx.reshape(a, a.shape));
+}

@@ -4,7 +4,7 @@ import type { FastifyInstance } from "fastify";
 import { ChatTurn, planChat } from "../chat.js";
 import { chatCompletionSchema, parseBody } from "../schemas.js";
 import { findModel, type RouteContext } from "./context.js";
-import { runTurn, usage } from "./turn.js";
+import { cacheOptions, logResult, runTurn, usage } from "./turn.js";
 
 export function registerChatCompletions(app: FastifyInstance, ctx: RouteContext): void {
   app.post("/v1/chat/completions", async (req, reply) => {
@@ -37,6 +37,7 @@ export function registerChatCompletions(app: FastifyInstance, ctx: RouteContext)
           sampling: plan.sampling,
           stop: plan.stop,
           signal: t.signal,
+          ...cacheOptions(served, plan),
           onChunk: (c) => {
             const delta = chat.push(c);
             if (delta) send(delta);
@@ -46,9 +47,7 @@ export function registerChatCompletions(app: FastifyInstance, ctx: RouteContext)
         });
         t.checkShutdown();
         const { delta, finishReason } = chat.finish(result);
-        t.log.finishReason = t.clientGone() ? "abort" : finishReason;
-        t.log.promptTokens = result.stats.promptTokens;
-        t.log.completionTokens = result.stats.generatedTokens;
+        logResult(t, result, finishReason);
         if (!t.sse) {
           return {
             ...t.base,

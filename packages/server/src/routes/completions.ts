@@ -4,7 +4,7 @@ import type { FastifyInstance } from "fastify";
 import { planCompletion, RawTextStream } from "../completions.js";
 import { completionSchema, parseBody } from "../schemas.js";
 import { findModel, type RouteContext } from "./context.js";
-import { runTurn, usage } from "./turn.js";
+import { cacheOptions, logResult, runTurn, usage } from "./turn.js";
 
 export function registerCompletions(app: FastifyInstance, ctx: RouteContext): void {
   app.post("/v1/completions", async (req, reply) => {
@@ -27,6 +27,7 @@ export function registerCompletions(app: FastifyInstance, ctx: RouteContext): vo
           sampling: plan.sampling,
           stop: plan.stop,
           signal: t.signal,
+          ...cacheOptions(served, plan),
           onToken: sse
             ? (tokenId) => {
                 const text = raw.push(tokenId);
@@ -36,9 +37,7 @@ export function registerCompletions(app: FastifyInstance, ctx: RouteContext): vo
         });
         t.checkShutdown();
         const finishReason = result.finishReason === "length" ? "length" : "stop";
-        t.log.finishReason = t.clientGone() ? "abort" : finishReason;
-        t.log.promptTokens = result.stats.promptTokens;
-        t.log.completionTokens = result.stats.generatedTokens;
+        logResult(t, result, finishReason);
         if (!sse) {
           return {
             ...t.base,

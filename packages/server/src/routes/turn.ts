@@ -10,6 +10,7 @@ import type { GenerationResult } from "@anemll-qwen35/generate";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, RequestAbortedError, toApiError } from "../errors.js";
 import type { ServedModel } from "../models.js";
+import type { GenerationPlan } from "../plan.js";
 import type { RequestLog } from "../server.js";
 import { SseWriter } from "../sse.js";
 import type { RouteContext } from "./context.js";
@@ -34,13 +35,27 @@ export interface Turn {
   readonly log: Partial<RequestLog>;
 }
 
-/** OpenAI's usage object for a finished generation. */
+/** OpenAI's usage object for a finished generation (cached_tokens: restored from the prompt cache). */
 export function usage(r: GenerationResult) {
   return {
     prompt_tokens: r.stats.promptTokens,
     completion_tokens: r.stats.generatedTokens,
     total_tokens: r.stats.promptTokens + r.stats.generatedTokens,
+    prompt_tokens_details: { cached_tokens: r.stats.cachedTokens },
   };
+}
+
+/** The generate() options that use the model's prompt cache for this plan. */
+export function cacheOptions(served: ServedModel, plan: GenerationPlan) {
+  return { promptCache: served.promptCache, cacheCheckpoints: plan.cacheCheckpoints };
+}
+
+/** What the request log keeps of a finished generation. */
+export function logResult(t: Turn, r: GenerationResult, finishReason: string): void {
+  t.log.finishReason = t.clientGone() ? "abort" : finishReason;
+  t.log.promptTokens = r.stats.promptTokens;
+  t.log.cachedTokens = r.stats.cachedTokens;
+  t.log.completionTokens = r.stats.generatedTokens;
 }
 
 /**
