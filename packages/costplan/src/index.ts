@@ -49,3 +49,15 @@ export {
 export * from "./report.js";
 export { deviceRates, type OpTime, opTime } from "./roofline.js";
 export { TOOL_NAME, TOOL_VERSION } from "./version.js";
+export {
+  formatProfile,
+  PROFILE_SCHEMA,
+  PROFILE_SCHEMA_VERSION,
+  type ProfileOp,
+  type ProfileOptions,
+  type ProfilePackage,
+  type ProfileReport,
+  ProfileReportSchema,
+  parseProfile,
+  profile,
+} from "./profile.js";
