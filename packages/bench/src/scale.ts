@@ -4,8 +4,12 @@
  * the synthetic 0.8B (real shapes, random weights) with bounded token counts, because the
  * reference interpreter decodes 0.8B at about one token per second.
  */
-import { fixtureModel, type ModelSpec, syntheticModel, userModel } from "./models.js";
+import { fixtureModel, type ModelSpec, scaledSyntheticModel, syntheticModel, userModel } from "./models.js";
 import type { Scale } from "./schema.js";
+
+/** How the MLX side of the pairing loads its weights. */
+export type MlxVariant = "4bit" | "8bit" | "bf16";
+export const MLX_VARIANTS: readonly MlxVariant[] = ["4bit", "8bit", "bf16"];
 
 export interface ScaleParams {
   readonly scale: Scale;
@@ -29,6 +33,13 @@ export interface ScaleParams {
   readonly parallelSeconds: number;
   readonly handoff: { readonly hidden: number; readonly ks: readonly number[]; readonly steps: number };
   readonly speculative: { readonly tokens: number; readonly gammas: readonly number[] };
+  /** The pairing: an MLX MoE in the foreground, the small ANE chain in the background. */
+  readonly pairing: {
+    readonly foreground: ModelSpec;
+    readonly background: ModelSpec;
+    readonly seconds: number;
+    readonly variants: readonly MlxVariant[];
+  };
 }
 
 export interface ScaleOverrides {
@@ -59,6 +70,12 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
           parallelSeconds: 0.5,
           handoff: { hidden: 64, ks: [1, 2, 4], steps: 6 },
           speculative: { tokens: 6, gammas: [2, 4] },
+          pairing: {
+            foreground: fixtureModel("tiny-moe"),
+            background: fixtureModel("tiny-tied"),
+            seconds: 0.5,
+            variants: MLX_VARIANTS,
+          },
         }
       : {
           scale,
@@ -79,10 +96,25 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
           parallelSeconds: 20,
           handoff: { hidden: 1024, ks: [1, 2, 4, 8, 16], steps: 40 },
           speculative: { tokens: 12, gammas: [2, 4] },
+          // 35B-A3B's hidden size, heads, expert width, top-8 and vocabulary; 8 of its 40 layers
+          // and 32 of its 256 experts (≈ 4 GB in bf16) so that it fits the build machine
+          pairing: {
+            foreground: scaledSyntheticModel("35b-a3b", { layers: 8, experts: 32 }),
+            background: syntheticModel("0.8b"),
+            seconds: 10,
+            variants: MLX_VARIANTS,
+          },
         };
   return {
     ...base,
-    ...(o.model ? { model: userModel(o.model), otherModel: undefined } : {}),
+    ...(o.model
+      ? {
+          model: userModel(o.model),
+          otherModel: undefined,
+          // --model names the pairing's foreground (e.g. the real 35B-A3B on a Mac)
+          pairing: { ...base.pairing, foreground: userModel(o.model) },
+        }
+      : {}),
     ...(o.tokens ? { decodeSteps: o.tokens } : {}),
   };
 }

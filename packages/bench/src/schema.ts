@@ -18,6 +18,7 @@ export const SCENARIOS = [
   "handoff",
   "speculative",
   "power",
+  "pairing",
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 

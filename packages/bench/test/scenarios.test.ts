@@ -185,6 +185,28 @@ describe.sequential("bench scenarios at smoke scale", () => {
     expectCharts(r, 2);
   });
 
+  it("pairing: an MLX MoE foreground per variant beside the ANE background", async () => {
+    const r = await smoke("pairing");
+    expect(r.runs.find((x) => x.id === "bg ANE - · solo")).toBeDefined();
+    if (!mlx.available) {
+      expect(r.skipped.some((s) => /mlx/.test(s.reason))).toBe(true);
+      return;
+    }
+    for (const v of ["4bit", "8bit", "bf16"]) {
+      const fg = r.runs.find((x) => x.id === `fg MoE ${v} · solo`);
+      expect(fg?.model.name).toBe("tiny-moe");
+      expect(fg?.conversion?.bits).toBe(v === "bf16" ? undefined : Number.parseInt(v, 10));
+      expect(
+        metricOf(r, new RegExp(`^fg MoE ${v} · together$`), "foreground_preserved_pct").summary.median,
+      ).toBeGreaterThan(0);
+      expect(
+        metricOf(r, new RegExp(`^fg MoE ${v} · together$`), "combined_tok_s").summary.median,
+      ).toBeGreaterThan(0);
+    }
+    expect(r.runs.find((x) => x.id === "fg MoE bf16 · solo")?.conversion?.dtype).toBe("bfloat16");
+    expectCharts(r, 2);
+  });
+
   it("speculative: acceptance and simulated speed-up per draft", async () => {
     const r = await smoke("speculative");
     const drafts = r.runs.filter((x) => x.config.role === "draft");

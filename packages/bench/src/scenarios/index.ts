@@ -5,6 +5,7 @@ import { ctxSweep } from "./ctx-sweep.js";
 import { decode } from "./decode.js";
 import { fusionSweep } from "./fusion-sweep.js";
 import { handoff } from "./handoff.js";
+import { pairing } from "./pairing.js";
 import { parallel } from "./parallel.js";
 import { power } from "./power.js";
 import { prefill } from "./prefill.js";
@@ -19,4 +20,5 @@ export const scenarios: Readonly<Record<ScenarioName, Scenario>> = {
   handoff,
   speculative,
   power,
+  pairing,
 };
