@@ -20,7 +20,9 @@ export const VERSION = "0.1.0";
 /** Builds the command tree. Separate from process handling so tests can run it in-process. */
 export function buildProgram(streams: Streams): Command {
   const program = new Command("anemll-qwen35")
-    .description("Qwen 3.5 on the Apple Neural Engine: convert, run, chat, verify, inspect, cost, profile, benchmark, serve")
+    .description(
+      "Qwen 3.5 on the Apple Neural Engine: convert, run, chat, verify, inspect, cost, profile, benchmark, serve",
+    )
     .version(VERSION)
     .option("--json", "print one machine-readable JSON document instead of text")
     .showHelpAfterError()

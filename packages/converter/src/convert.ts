@@ -261,7 +261,8 @@ function resolveOptions(o: ConvertOptions): ResolvedConvert {
     quantSpec,
     quant: { rules: specRules(quantSpec), groupSize },
     argmax: o.argmax ?? false,
-    lmHeadMaxRows: o.lmHeadMaxRows === "auto" ? DEFAULT_LM_HEAD_MAX_ROWS : (o.lmHeadMaxRows ?? DEFAULT_LM_HEAD_MAX_ROWS),
+    lmHeadMaxRows:
+      o.lmHeadMaxRows === "auto" ? DEFAULT_LM_HEAD_MAX_ROWS : (o.lmHeadMaxRows ?? DEFAULT_LM_HEAD_MAX_ROWS),
     lmHeadAuto: o.lmHeadMaxRows === "auto",
   };
 }

@@ -28,7 +28,13 @@ describe("lm_head split sweep", () => {
   it("convert --lmhead-rows auto records the sweep and builds the chosen split", async () => {
     const out = join(mkdtempSync(join(tmpdir(), "lmhead-auto-")), "m");
     const lines: string[] = [];
-    const r = await convert({ model: tied, out, ctx: 128, lmHeadMaxRows: "auto", onLog: (l) => lines.push(l) });
+    const r = await convert({
+      model: tied,
+      out,
+      ctx: 128,
+      lmHeadMaxRows: "auto",
+      onLog: (l) => lines.push(l),
+    });
     const m = await readChainManifest(r.out);
     const split = m.lmHeadSplit;
     if (process.platform !== "darwin") expect(split?.chosenBy).toBe("costplan-estimate");

@@ -46,9 +46,6 @@ export {
   type PlacementRule,
   placeOp,
 } from "./placement.js";
-export * from "./report.js";
-export { deviceRates, type OpTime, opTime } from "./roofline.js";
-export { TOOL_NAME, TOOL_VERSION } from "./version.js";
 export {
   formatProfile,
   PROFILE_SCHEMA,
@@ -61,3 +58,6 @@ export {
   parseProfile,
   profile,
 } from "./profile.js";
+export * from "./report.js";
+export { deviceRates, type OpTime, opTime } from "./roofline.js";
+export { TOOL_NAME, TOOL_VERSION } from "./version.js";

@@ -72,7 +72,11 @@ export const ProfileReportSchema = z.object({
   schema: z.literal(PROFILE_SCHEMA),
   schemaVersion: z.literal(PROFILE_SCHEMA_VERSION),
   tool: z.object({ name: z.string(), version: z.string() }),
-  target: z.object({ kind: z.enum(["package", "chain", "model"]), name: z.string(), path: z.string().optional() }),
+  target: z.object({
+    kind: z.enum(["package", "chain", "model"]),
+    name: z.string(),
+    path: z.string().optional(),
+  }),
   machine: z.object({
     platform: z.string(),
     arch: z.string(),
@@ -207,7 +211,10 @@ const opBytes = (o: OpEntry) =>
 
 const gbps = (bytes: number, ms: number) => (ms > 0 ? bytes / (ms * 1e6) : 0);
 
-export async function profile(target: string | MlModel, options: ProfileOptions = {}): Promise<ProfileReport> {
+export async function profile(
+  target: string | MlModel,
+  options: ProfileOptions = {},
+): Promise<ProfileReport> {
   const warmup = count("warmup", options.warmup, 1, 0);
   const runs = count("runs", options.runs, 3, 1);
   const top = count("top", options.top, 10, 0);
@@ -302,7 +309,9 @@ export async function profile(target: string | MlModel, options: ProfileOptions 
     },
     chip: plan.chip.name,
     interpreter: { precision, warmup, runs },
-    coreml: allCoreml ? { timed: true } : { timed: false, reason: native.reason ?? "not every package was timed" },
+    coreml: allCoreml
+      ? { timed: true }
+      : { timed: false, reason: native.reason ?? "not every package was timed" },
     placement: plan.source,
     packages,
     chain: {
@@ -381,7 +390,17 @@ export function formatProfile(p: ProfileReport): string {
   out.push("Packages (one decode prediction each)");
   out.push(
     table(
-      ["package", "function", "interp", "Core ML", "estimate", "weights", "interp GB/s", "Core ML GB/s", "est GB/s"],
+      [
+        "package",
+        "function",
+        "interp",
+        "Core ML",
+        "estimate",
+        "weights",
+        "interp GB/s",
+        "Core ML GB/s",
+        "est GB/s",
+      ],
       p.packages.map((k) => [
         k.name,
         k.function,
