@@ -33,6 +33,12 @@ export interface ScaleParams {
   readonly parallelSeconds: number;
   readonly handoff: { readonly hidden: number; readonly ks: readonly number[]; readonly steps: number };
   readonly speculative: { readonly tokens: number; readonly gammas: readonly number[] };
+  /** Experiment B: the first N layers on MLX, the rest on the ANE chain (fuse 1). */
+  readonly split: {
+    readonly body: string;
+    readonly lmHead: string;
+    readonly mlx: { readonly bits?: 4 | 8; readonly dtype?: "float32" | "bfloat16" };
+  };
   /** The pairing: an MLX MoE in the foreground, the small ANE chain in the background. */
   readonly pairing: {
     readonly foreground: ModelSpec;
@@ -70,6 +76,8 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
           parallelSeconds: 0.5,
           handoff: { hidden: 64, ks: [1, 2, 4], steps: 6 },
           speculative: { tokens: 6, gammas: [2, 4] },
+          // unquantized on both sides, so that the split's tokens can be checked against each runtime's
+          split: { body: "none", lmHead: "none", mlx: { dtype: "float32" } },
           pairing: {
             foreground: fixtureModel("tiny-moe"),
             background: fixtureModel("tiny-tied"),
@@ -98,6 +106,8 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
           speculative: { tokens: 12, gammas: [2, 4] },
           // 35B-A3B's hidden size, heads, expert width, top-8 and vocabulary; 8 of its 40 layers
           // and 32 of its 256 experts (≈ 4 GB in bf16) so that it fits the build machine
+          // the study's encodings: LUT4 chain, 4-bit MLX
+          split: { body: "lut4", lmHead: "lut4", mlx: { bits: 4 } },
           pairing: {
             foreground: scaledSyntheticModel("35b-a3b", { layers: 8, experts: 32 }),
             background: syntheticModel("0.8b"),

@@ -19,6 +19,7 @@ export const SCENARIOS = [
   "speculative",
   "power",
   "pairing",
+  "split",
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 

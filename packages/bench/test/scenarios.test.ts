@@ -207,6 +207,27 @@ describe.sequential("bench scenarios at smoke scale", () => {
     expectCharts(r, 2);
   });
 
+  it("split: N layers on MLX, the rest on the chain, the same tokens as either runtime alone", async () => {
+    const r = await runScenario("split", { scale: "smoke", out, tokens: 12 });
+    if (!mlx.available) {
+      expect(r.result.status).toBe("skipped");
+      return;
+    }
+    const ns = r.result.runs.map((x) => x.config.mlxLayers);
+    expect(ns).toEqual([0, 4, 8]);
+    const splitRun = r.result.runs.find((x) => x.config.where === "split")!;
+    expect(splitRun.metrics.find((m) => m.name === "mlx_ms")!.summary.median).toBeGreaterThan(0);
+    expect(splitRun.metrics.find((m) => m.name === "ane_ms")!.summary.median).toBeGreaterThan(0);
+    // unquantized fixture: every greedy token of the split is the chain's and MLX's (teacher-forced)
+    for (const run of r.result.runs) {
+      for (const name of ["agreement_with_chain", "agreement_with_mlx"]) {
+        expect(run.metrics.find((m) => m.name === name)!.summary.median, `${run.id} ${name}`).toBe(1);
+      }
+    }
+    expect(r.result.notes.join(" ")).toMatch(/18\.75 tok\/s/);
+    expectCharts(r.result, 1);
+  });
+
   it("speculative: acceptance and simulated speed-up per draft", async () => {
     const r = await smoke("speculative");
     const drafts = r.runs.filter((x) => x.config.role === "draft");

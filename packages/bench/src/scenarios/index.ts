@@ -10,6 +10,7 @@ import { parallel } from "./parallel.js";
 import { power } from "./power.js";
 import { prefill } from "./prefill.js";
 import { speculative } from "./speculative.js";
+import { split } from "./split.js";
 
 export const scenarios: Readonly<Record<ScenarioName, Scenario>> = {
   decode,
@@ -21,4 +22,5 @@ export const scenarios: Readonly<Record<ScenarioName, Scenario>> = {
   speculative,
   power,
   pairing,
+  split,
 };
