@@ -6,7 +6,7 @@
  * alone (every run is fed the chain's own tokens, so positions compare one to one).
  */
 
-import { aneBackend, mlxStatus } from "../backends.js";
+import { aneBackend } from "../backends.js";
 import type { ChartSpec } from "../charts.js";
 import { conversionOf, ensureChain, modelInfo } from "../models.js";
 import { backendNotes, lineRows } from "../report.js";
