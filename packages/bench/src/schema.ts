@@ -20,6 +20,7 @@ export const SCENARIOS = [
   "power",
   "pairing",
   "split",
+  "expert-skip",
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 

@@ -3,7 +3,7 @@
  * the schema, the runs carry the metrics the scenario promises, and the charts exist as SVG and PNG.
  * Conversions go to a temporary cache so the test is hermetic.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -226,6 +226,39 @@ describe.sequential("bench scenarios at smoke scale", () => {
     }
     expect(r.result.notes.join(" ")).toMatch(/18\.75 tok\/s/);
     expectCharts(r.result, 1);
+  });
+
+  it("expert-skip: the shared-expert-only draft's acceptance against the full MoE", async () => {
+    const r = await smoke("expert-skip");
+    if (!mlx.available) {
+      expect(r.status).toBe("skipped");
+      return;
+    }
+    const a = metricOf(r, /^draft .* shared expert only$/, "acceptance_rate").summary.median;
+    expect(a).toBeGreaterThanOrEqual(0);
+    expect(a).toBeLessThan(1); // skipping the routed experts changes the model
+    expect(metricOf(r, /^draft /, "agreement").samples).toHaveLength(7);
+    expect(r.notes.join(" ")).toMatch(/4\.2%/);
+    // the draft checkpoint: routed experts' down projections zero, everything else as the target
+    const { mx } = await import("@anemll-qwen35/runtime-mlx");
+    const { expertSkipCheckpoint, fixtureDir } = await import("../src/index.js");
+    const dir = await expertSkipCheckpoint(fixtureDir("tiny-moe"), "tiny-moe");
+    for (const f of readdirSync(dir).filter((x) => x.endsWith(".safetensors"))) {
+      const { arrays } = mx.loadSafetensors(join(dir, f));
+      const { arrays: orig } = mx.loadSafetensors(join(fixtureDir("tiny-moe"), f));
+      for (const [k, v] of Object.entries(arrays)) {
+        const got = v.toTypedArray() as ArrayLike<number>;
+        const want = orig[k].toTypedArray() as ArrayLike<number>;
+        if (/^model\.language_model\.layers\.\d+\.mlp\.experts\.down_proj$/.test(k)) {
+          expect(
+            Array.from(got).every((x) => x === 0),
+            k,
+          ).toBe(true);
+        } else expect(Array.from(got), k).toEqual(Array.from(want));
+      }
+      mx.dispose([arrays, orig]);
+    }
+    expectCharts(r, 1);
   });
 
   it("speculative: acceptance and simulated speed-up per draft", async () => {

@@ -3,6 +3,7 @@ import type { Scenario } from "../scenario.js";
 import type { ScenarioName } from "../schema.js";
 import { ctxSweep } from "./ctx-sweep.js";
 import { decode } from "./decode.js";
+import { expertSkip } from "./expert-skip.js";
 import { fusionSweep } from "./fusion-sweep.js";
 import { handoff } from "./handoff.js";
 import { pairing } from "./pairing.js";
@@ -23,4 +24,5 @@ export const scenarios: Readonly<Record<ScenarioName, Scenario>> = {
   power,
   pairing,
   split,
+  "expert-skip": expertSkip,
 };
