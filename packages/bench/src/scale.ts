@@ -53,6 +53,8 @@ export interface ScaleOverrides {
   readonly model?: string;
   /** Decode steps replacing the scale's. */
   readonly tokens?: number;
+  /** Seconds per parallel / pairing window replacing the scale's. */
+  readonly seconds?: number;
 }
 
 export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
@@ -104,10 +106,10 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
           parallelSeconds: 20,
           handoff: { hidden: 1024, ks: [1, 2, 4, 8, 16], steps: 40 },
           speculative: { tokens: 12, gammas: [2, 4] },
-          // 35B-A3B's hidden size, heads, expert width, top-8 and vocabulary; 8 of its 40 layers
-          // and 32 of its 256 experts (≈ 4 GB in bf16) so that it fits the build machine
           // the study's encodings: LUT4 chain, 4-bit MLX
           split: { body: "lut4", lmHead: "lut4", mlx: { bits: 4 } },
+          // 35B-A3B's hidden size, heads, expert width, top-8 and vocabulary; 8 of its 40 layers
+          // and 32 of its 256 experts (≈ 4 GB in bf16) so that it fits the build machine
           pairing: {
             foreground: scaledSyntheticModel("35b-a3b", { layers: 8, experts: 32 }),
             background: syntheticModel("0.8b"),
@@ -115,16 +117,17 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
             variants: MLX_VARIANTS,
           },
         };
+  // --model names the pairing's foreground too (e.g. the real 35B-A3B on a Mac)
+  const pairing = {
+    ...base.pairing,
+    ...(o.model ? { foreground: userModel(o.model) } : {}),
+    ...(o.seconds ? { seconds: o.seconds } : {}),
+  };
   return {
     ...base,
-    ...(o.model
-      ? {
-          model: userModel(o.model),
-          otherModel: undefined,
-          // --model names the pairing's foreground (e.g. the real 35B-A3B on a Mac)
-          pairing: { ...base.pairing, foreground: userModel(o.model) },
-        }
-      : {}),
+    ...(o.model ? { model: userModel(o.model), otherModel: undefined } : {}),
     ...(o.tokens ? { decodeSteps: o.tokens } : {}),
+    ...(o.seconds ? { parallelSeconds: o.seconds } : {}),
+    pairing,
   };
 }
