@@ -21,6 +21,7 @@ export const SCENARIOS = [
   "pairing",
   "split",
   "expert-skip",
+  "fp32-islands",
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 

@@ -261,6 +261,25 @@ describe.sequential("bench scenarios at smoke scale", () => {
     expectCharts(r, 1);
   });
 
+  it("fp32-islands: precision recovered per op selection and the ANE placement it costs", async () => {
+    const r = await smoke("fp32-islands");
+    const err = (id: string) =>
+      metricOf(r, new RegExp(`^${id.replace(/[()]/g, "\\$&")}$`), "max_abs_logit_error");
+    const off = (id: string) =>
+      metricOf(r, new RegExp(`^${id.replace(/[()]/g, "\\$&")}$`), "ops_off_ane").summary.median;
+    // every result kept fp32 is the fp32 program itself; all-fp16 is not
+    expect(err("all (fp32 throughout)").summary.max).toBe(0);
+    expect(err("none (all fp16)").summary.max).toBeGreaterThan(0);
+    expect(off("none (all fp16)")).toBe(0);
+    for (const id of ["norms", "attention", "GDN state update"]) {
+      expect(off(id), id).toBeGreaterThan(0);
+      expect(off(id)).toBeLessThan(off("all (fp32 throughout)"));
+    }
+    const int = metricOf(r, /^norms$/, "interruptions").summary.median;
+    expect(int).toBeGreaterThan(0);
+    expectCharts(r, 2);
+  });
+
   it("speculative: acceptance and simulated speed-up per draft", async () => {
     const r = await smoke("speculative");
     const drafts = r.runs.filter((x) => x.config.role === "draft");

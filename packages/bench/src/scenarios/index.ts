@@ -4,6 +4,7 @@ import type { ScenarioName } from "../schema.js";
 import { ctxSweep } from "./ctx-sweep.js";
 import { decode } from "./decode.js";
 import { expertSkip } from "./expert-skip.js";
+import { fp32Islands } from "./fp32-islands.js";
 import { fusionSweep } from "./fusion-sweep.js";
 import { handoff } from "./handoff.js";
 import { pairing } from "./pairing.js";
@@ -25,4 +26,5 @@ export const scenarios: Readonly<Record<ScenarioName, Scenario>> = {
   pairing,
   split,
   "expert-skip": expertSkip,
+  "fp32-islands": fp32Islands,
 };

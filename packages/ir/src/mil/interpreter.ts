@@ -60,6 +60,11 @@ export interface InterpreterOptions {
   readonly flushSubnormals?: boolean;
   readonly onNonFinite?: NonFiniteMode;
   /**
+   * fp16 mode: ops whose results stay fp32 (not rounded to fp16) — fp32 islands in an fp16
+   * program, as coremltools' op_selector keeps selected ops in fp32.
+   */
+  readonly keepFp32?: (op: { readonly type: string; readonly name: string }) => boolean;
+  /**
    * "packed" (default): LUT and int8 weights stay compressed (matrix products and gather decode
    * them as they read; same values and bits) and large tables are read from their file by row.
    * "dense": every constant is expanded to fp32 once and kept — more memory, for comparisons.
@@ -250,6 +255,7 @@ export class MilInterpreter {
   private readonly flush: boolean;
   private readonly mode: NonFiniteMode;
   readonly weights: WeightMode;
+  private readonly keepFp32: InterpreterOptions["keepFp32"];
   private readonly frame: { env: (RtTensor | undefined)[] } = { env: [] };
   private readonly slots = new Map<string, number>();
   private readonly steps: Step[] = [];
@@ -276,6 +282,7 @@ export class MilInterpreter {
     this.flush = opts.flushSubnormals ?? false;
     this.mode = opts.onNonFinite ?? "collect";
     this.weights = opts.weights ?? "packed";
+    this.keepFp32 = opts.keepFp32;
     const resolved = resolveFunction(this.fn, this.functionName); // full type check
     for (const i of this.fn.inputs) {
       this.slotType.set(this.slot(i.name), i.type);
@@ -454,7 +461,7 @@ export class MilInterpreter {
           if (bad) for (const k of s.inSlots) bad[slot] |= bad[k];
           continue;
         }
-        const rounded = fp16 && r.type.dtype === "fp16";
+        const rounded = fp16 && r.type.dtype === "fp16" && !this.keepFp32?.(s.op);
         const nonFiniteAfterRounding = rounded ? roundF16InPlace(r.data, this.flush) : 0;
         if (!bad) continue;
         const count = rounded ? nonFiniteAfterRounding : countNonFinite(r.data);
