@@ -22,6 +22,7 @@ export const SCENARIOS = [
   "split",
   "expert-skip",
   "fp32-islands",
+  "kv-expand",
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 

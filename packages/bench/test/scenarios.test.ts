@@ -280,6 +280,23 @@ describe.sequential("bench scenarios at smoke scale", () => {
     expectCharts(r, 2);
   });
 
+  it("kv-expand: one attention op and the decode, with the KV cache grown or pre-expanded", async () => {
+    const r = await smoke("kv-expand");
+    if (!mlx.available) {
+      expect(r.status).toBe("skipped");
+      return;
+    }
+    const ops = r.runs.filter((x) => x.config.level === "op");
+    expect(ops).toHaveLength(6);
+    for (const o of ops) expect(o.metrics[0].summary.median).toBeGreaterThan(0);
+    expect(new Set(ops.map((o) => o.config.cache))).toEqual(new Set(["grown", "expanded"]));
+    expect(metricOf(r, /^decode · expanded$/, "decode_tok_s").summary.median).toBeGreaterThan(0);
+    expect(metricOf(r, /^decode · grown$/, "decode_tok_s").summary.median).toBeGreaterThan(0);
+    expect(r.runs.find((x) => x.id === "decode · expanded")?.conversion?.ctx).toBe(128);
+    expect(r.notes.join(" ")).toMatch(/\+25% per op, -33% end to end/);
+    expectCharts(r, 2);
+  });
+
   it("speculative: acceptance and simulated speed-up per draft", async () => {
     const r = await smoke("speculative");
     const drafts = r.runs.filter((x) => x.config.role === "draft");

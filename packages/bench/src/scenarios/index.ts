@@ -7,6 +7,7 @@ import { expertSkip } from "./expert-skip.js";
 import { fp32Islands } from "./fp32-islands.js";
 import { fusionSweep } from "./fusion-sweep.js";
 import { handoff } from "./handoff.js";
+import { kvExpand } from "./kv-expand.js";
 import { pairing } from "./pairing.js";
 import { parallel } from "./parallel.js";
 import { power } from "./power.js";
@@ -27,4 +28,5 @@ export const scenarios: Readonly<Record<ScenarioName, Scenario>> = {
   split,
   "expert-skip": expertSkip,
   "fp32-islands": fp32Islands,
+  "kv-expand": kvExpand,
 };
