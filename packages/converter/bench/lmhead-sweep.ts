@@ -26,7 +26,12 @@ const config = parseQwen35Config(json, `published ${size} config`);
 const loadStart = loadavg();
 const t0 = performance.now();
 const split = await tuneLmHeadSplit(config, Boolean(json.tie_word_embeddings), {
-  build: { ctx: 256, dtype: "fp16", quant: { lmHead: parseWeightQuant(lut, "lm-head") }, workers: 1 },
+  build: {
+    ctx: 256,
+    dtype: "fp16",
+    quant: { rules: [{ pattern: "lm_head", quant: parseWeightQuant(lut, "lm-head") }] },
+    workers: 1,
+  },
   log: (l) => console.log(l),
 });
 const seconds = (performance.now() - t0) / 1000;

@@ -18,12 +18,12 @@ import { type Tensor, tensor } from "@anemll-qwen35/core";
 import { costplan, nativeAvailability } from "@anemll-qwen35/costplan";
 import type { LmHeadSplit } from "@anemll-qwen35/ir/chain";
 import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
-import { writeMlPackage } from "@anemll-qwen35/ir/mil";
+import { MilBuilder, writeMlPackage } from "@anemll-qwen35/ir/mil";
 import { buildComponent } from "./graph/component.js";
-import { planLmHeadPieces } from "./graph/io.js";
+import { planPieces } from "./graph/io.js";
 import { type BuildOptions, DEFAULT_LM_HEAD_MAX_ROWS } from "./graph/options.js";
-import { DEFAULT_LUT_GROUP_SIZE } from "./graph/quant.js";
-import type { WeightSource } from "./graph/weights.js";
+import { lutGroupSize, PLAIN_POLICY } from "./graph/quant.js";
+import { GraphWeights, type WeightSource } from "./graph/weights.js";
 
 export type { LmHeadSplit } from "@anemll-qwen35/ir/chain";
 
@@ -49,7 +49,7 @@ export function lmHeadCandidates(vocab: number, unit: number): number[] {
   const byPieces = new Map<number, number>();
   for (const k of ks) {
     const rows = Math.max(unit, Math.ceil(vocab / k / unit) * unit);
-    const n = planLmHeadPieces(vocab, rows, unit).length;
+    const n = planPieces(vocab, rows, unit).length;
     if (!byPieces.has(n)) byPieces.set(n, rows);
   }
   return [...byPieces.values()];
@@ -96,14 +96,16 @@ export async function tuneLmHeadSplit(
   o: TuneLmHeadOptions,
 ): Promise<LmHeadSplit> {
   const log = o.log ?? (() => {});
-  const q = o.build.quant?.lmHead;
-  const unit =
-    q?.kind === "lut" && !q.perTensor
-      ? (q.groupSize ?? o.build.quant?.groupSize ?? DEFAULT_LUT_GROUP_SIZE)
-      : 8;
+  const policy = o.build.quant ?? PLAIN_POLICY;
+  const source = zeroSource(config, tied);
+  // pieces are cut in whole LUT groups, as buildLmHead cuts them
+  const q = new GraphWeights(new MilBuilder(), source, {
+    dtype: o.build.dtype ?? "fp16",
+    quant: policy,
+  }).quantOf("lm_head");
+  const unit = q.kind === "lut" && !q.perTensor ? lutGroupSize(policy, q) : 8;
   const native = o.method === "estimate" ? { available: false } : nativeAvailability();
   const method = native.available ? "coreml-measured" : "costplan-estimate";
-  const source = zeroSource(config, tied);
   const dir = native.available ? await mkdtemp(join(tmpdir(), "lmhead-sweep-")) : undefined;
   const candidates: Candidate[] = [];
   try {

@@ -4,14 +4,14 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { readChainManifest } from "@anemll-qwen35/ir/chain";
 import { describe, expect, it } from "vitest";
-import { chooseLmHeadSplit, convert, lmHeadCandidates, planLmHeadPieces } from "../src/index.js";
+import { chooseLmHeadSplit, convert, lmHeadCandidates, planPieces } from "../src/index.js";
 
 const tied = resolve(__dirname, "../../../fixtures/tiny-tied");
 
 describe("lm_head split sweep", () => {
   it("offers the fewest pieces the ANE's 16384 limit allows, half of it, and more", () => {
     const V = 248320; // Qwen3.5's vocabulary
-    const pieces = lmHeadCandidates(V, 8).map((rows) => planLmHeadPieces(V, rows, 8).length);
+    const pieces = lmHeadCandidates(V, 8).map((rows) => planPieces(V, rows, 8).length);
     expect(pieces).toEqual([8, 16, 24, 32, 64]);
     expect(lmHeadCandidates(V, 8)[1]).toBeLessThanOrEqual(16384);
   });
