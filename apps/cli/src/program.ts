@@ -7,6 +7,7 @@ import { registerCostplan } from "./commands/costplan.js";
 import { registerDemo } from "./commands/demo.js";
 import { registerDoctor } from "./commands/doctor.js";
 import { registerInspect } from "./commands/inspect.js";
+import { registerProfile } from "./commands/profile.js";
 import { registerRun } from "./commands/run.js";
 import { registerServe } from "./commands/serve.js";
 import { registerVerify } from "./commands/verify.js";
@@ -19,7 +20,9 @@ export const VERSION = "0.1.0";
 /** Builds the command tree. Separate from process handling so tests can run it in-process. */
 export function buildProgram(streams: Streams): Command {
   const program = new Command("anemll-qwen35")
-    .description("Qwen 3.5 on the Apple Neural Engine: convert, run, chat, verify, inspect, benchmark, serve")
+    .description(
+      "Qwen 3.5 on the Apple Neural Engine: convert, run, chat, verify, inspect, cost, profile, benchmark, serve",
+    )
     .version(VERSION)
     .option("--json", "print one machine-readable JSON document instead of text")
     .showHelpAfterError()
@@ -35,6 +38,7 @@ export function buildProgram(streams: Streams): Command {
   registerVerify(program, ctx);
   registerInspect(program, ctx);
   registerCostplan(program, ctx);
+  registerProfile(program, ctx);
   registerDoctor(program, ctx, VERSION);
   registerDemo(program, ctx);
   registerBench(program, ctx);

@@ -6,6 +6,7 @@
 export * from "./backends.js";
 export * from "./charts.js";
 export * from "./errors.js";
+export * from "./expert-skip.js";
 export * from "./machine.js";
 export * from "./models.js";
 export * from "./powermetrics.js";
@@ -16,6 +17,7 @@ export type { Scenario, ScenarioContext, ScenarioOutput } from "./scenario.js";
 export { scenarios } from "./scenarios/index.js";
 export * from "./schema.js";
 export * from "./speculation.js";
+export * from "./split-model.js";
 export * from "./stats.js";
 export * from "./steps.js";
 export * from "./timed-backend.js";

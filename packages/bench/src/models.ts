@@ -13,7 +13,12 @@ import { fileURLToPath } from "node:url";
 import { CONVERTER_VERSION, convert, parseWeightQuant } from "@anemll-qwen35/converter";
 import { type ChainManifest, readChainManifest } from "@anemll-qwen35/ir/chain";
 import { readQwen35Config, resolveModelRef } from "@anemll-qwen35/ir/checkpoint";
-import { type SyntheticSize, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
+import {
+  defaultSyntheticDir,
+  type SyntheticSize,
+  scaledConfigJson,
+  writeSyntheticCheckpoint,
+} from "@anemll-qwen35/testkit";
 import { BenchModelError } from "./errors.js";
 import type { Conversion, ModelInfo } from "./schema.js";
 
@@ -79,6 +84,30 @@ export function syntheticModel(size: SyntheticSize): ModelSpec {
       if (!r.skipped) log(`wrote the synthetic ${size} checkpoint (${r.dir}) in ${r.seconds.toFixed(1)} s`);
       return r.dir;
     },
+  };
+}
+
+/**
+ * A published size scaled down (fewer layers, fewer experts; every other dimension as published)
+ * so that it fits this disk: e.g. 35B-A3B at 8 layers and 32 experts (≈ 4 GB in bf16).
+ */
+export function scaledSyntheticModel(
+  size: SyntheticSize,
+  o: { layers: number; experts?: number },
+): ModelSpec {
+  const name = `synthetic-${size}-l${o.layers}${o.experts ? `-e${o.experts}` : ""}`;
+  return {
+    name,
+    weights: `synthetic (random weights, ${size} config scaled to ${o.layers} layers${o.experts ? `, ${o.experts} experts` : ""})`,
+    checkpoint: async () =>
+      (
+        await writeSyntheticCheckpoint({
+          config: scaledConfigJson(size, o),
+          out: defaultSyntheticDir(name),
+          vision: false,
+          mtp: false,
+        })
+      ).dir,
   };
 }
 

@@ -31,6 +31,8 @@ export interface RunScenarioOptions {
   model?: string;
   /** Decode steps replacing the scale's. */
   tokens?: number;
+  /** Seconds per window of the parallel and pairing scenarios, replacing the scale's. */
+  seconds?: number;
   /** ANE backend (default "auto": Core ML where available, else the reference interpreter). */
   ane?: AneBackendChoice;
   /** Leave the MLX side out. */
@@ -58,6 +60,7 @@ export function reproduceCommand(name: ScenarioName, o: RunScenarioOptions): str
   const parts = ["anemll-qwen35", "bench", name, "--scale", o.scale ?? "smoke"];
   if (o.model) parts.push("--model", o.model);
   if (o.tokens) parts.push("--tokens", String(o.tokens));
+  if (o.seconds) parts.push("--seconds", String(o.seconds));
   if (o.ane && o.ane !== "auto") parts.push("--ane", o.ane);
   if (o.noMlx) parts.push("--no-mlx");
   return parts.join(" ");
@@ -77,13 +80,16 @@ export async function runScenario(name: string, o: RunScenarioOptions = {}): Pro
   if (o.tokens !== undefined && (!Number.isInteger(o.tokens) || o.tokens < 1)) {
     throw new BenchOptionError("--tokens", `must be a positive integer, got ${o.tokens}`);
   }
+  if (o.seconds !== undefined && !(o.seconds > 0)) {
+    throw new BenchOptionError("--seconds", `must be a positive number, got ${o.seconds}`);
+  }
   const scenario = scenarios[name];
   const log = o.onLog ?? (() => {});
   const startedAt = new Date().toISOString();
   const machine = describeMachine();
   log(`${name} (${scale}): preparing the models (a first full-scale run converts them: minutes)…`);
   const out = await scenario.run({
-    params: scaleParams(scale, { model: o.model, tokens: o.tokens }),
+    params: scaleParams(scale, { model: o.model, tokens: o.tokens, seconds: o.seconds }),
     ane: o.ane ?? "auto",
     noMlx: o.noMlx ?? false,
     log,

@@ -4,8 +4,12 @@
  * the synthetic 0.8B (real shapes, random weights) with bounded token counts, because the
  * reference interpreter decodes 0.8B at about one token per second.
  */
-import { fixtureModel, type ModelSpec, syntheticModel, userModel } from "./models.js";
+import { fixtureModel, type ModelSpec, scaledSyntheticModel, syntheticModel, userModel } from "./models.js";
 import type { Scale } from "./schema.js";
+
+/** How the MLX side of the pairing loads its weights. */
+export type MlxVariant = "4bit" | "8bit" | "bf16";
+export const MLX_VARIANTS: readonly MlxVariant[] = ["4bit", "8bit", "bf16"];
 
 export interface ScaleParams {
   readonly scale: Scale;
@@ -29,6 +33,19 @@ export interface ScaleParams {
   readonly parallelSeconds: number;
   readonly handoff: { readonly hidden: number; readonly ks: readonly number[]; readonly steps: number };
   readonly speculative: { readonly tokens: number; readonly gammas: readonly number[] };
+  /** Experiment B: the first N layers on MLX, the rest on the ANE chain (fuse 1). */
+  readonly split: {
+    readonly body: string;
+    readonly lmHead: string;
+    readonly mlx: { readonly bits?: 4 | 8; readonly dtype?: "float32" | "bfloat16" };
+  };
+  /** The pairing: an MLX MoE in the foreground, the small ANE chain in the background. */
+  readonly pairing: {
+    readonly foreground: ModelSpec;
+    readonly background: ModelSpec;
+    readonly seconds: number;
+    readonly variants: readonly MlxVariant[];
+  };
 }
 
 export interface ScaleOverrides {
@@ -36,6 +53,8 @@ export interface ScaleOverrides {
   readonly model?: string;
   /** Decode steps replacing the scale's. */
   readonly tokens?: number;
+  /** Seconds per parallel / pairing window replacing the scale's. */
+  readonly seconds?: number;
 }
 
 export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
@@ -59,6 +78,14 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
           parallelSeconds: 0.5,
           handoff: { hidden: 64, ks: [1, 2, 4], steps: 6 },
           speculative: { tokens: 6, gammas: [2, 4] },
+          // unquantized on both sides, so that the split's tokens can be checked against each runtime's
+          split: { body: "none", lmHead: "none", mlx: { dtype: "float32" } },
+          pairing: {
+            foreground: fixtureModel("tiny-moe"),
+            background: fixtureModel("tiny-tied"),
+            seconds: 0.5,
+            variants: MLX_VARIANTS,
+          },
         }
       : {
           scale,
@@ -79,10 +106,28 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
           parallelSeconds: 20,
           handoff: { hidden: 1024, ks: [1, 2, 4, 8, 16], steps: 40 },
           speculative: { tokens: 12, gammas: [2, 4] },
+          // the study's encodings: LUT4 chain, 4-bit MLX
+          split: { body: "lut4", lmHead: "lut4", mlx: { bits: 4 } },
+          // 35B-A3B's hidden size, heads, expert width, top-8 and vocabulary; 8 of its 40 layers
+          // and 32 of its 256 experts (≈ 4 GB in bf16) so that it fits the build machine
+          pairing: {
+            foreground: scaledSyntheticModel("35b-a3b", { layers: 8, experts: 32 }),
+            background: syntheticModel("0.8b"),
+            seconds: 10,
+            variants: MLX_VARIANTS,
+          },
         };
+  // --model names the pairing's foreground too (e.g. the real 35B-A3B on a Mac)
+  const pairing = {
+    ...base.pairing,
+    ...(o.model ? { foreground: userModel(o.model) } : {}),
+    ...(o.seconds ? { seconds: o.seconds } : {}),
+  };
   return {
     ...base,
     ...(o.model ? { model: userModel(o.model), otherModel: undefined } : {}),
     ...(o.tokens ? { decodeSteps: o.tokens } : {}),
+    ...(o.seconds ? { parallelSeconds: o.seconds } : {}),
+    pairing,
   };
 }

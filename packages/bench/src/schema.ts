@@ -18,6 +18,11 @@ export const SCENARIOS = [
   "handoff",
   "speculative",
   "power",
+  "pairing",
+  "split",
+  "expert-skip",
+  "fp32-islands",
+  "kv-expand",
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 

@@ -3,7 +3,7 @@
  * the schema, the runs carry the metrics the scenario promises, and the charts exist as SVG and PNG.
  * Conversions go to a temporary cache so the test is hermetic.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -182,6 +182,118 @@ describe.sequential("bench scenarios at smoke scale", () => {
       0,
     );
     for (const run of r.runs) expect(run.metrics[0].summary.median).toBeGreaterThan(0);
+    expectCharts(r, 2);
+  });
+
+  it("pairing: an MLX MoE foreground per variant beside the ANE background", async () => {
+    const r = await smoke("pairing");
+    expect(r.runs.find((x) => x.id === "bg ANE - · solo")).toBeDefined();
+    if (!mlx.available) {
+      expect(r.skipped.some((s) => /mlx/.test(s.reason))).toBe(true);
+      return;
+    }
+    for (const v of ["4bit", "8bit", "bf16"]) {
+      const fg = r.runs.find((x) => x.id === `fg MoE ${v} · solo`);
+      expect(fg?.model.name).toBe("tiny-moe");
+      expect(fg?.conversion?.bits).toBe(v === "bf16" ? undefined : Number.parseInt(v, 10));
+      expect(
+        metricOf(r, new RegExp(`^fg MoE ${v} · together$`), "foreground_preserved_pct").summary.median,
+      ).toBeGreaterThan(0);
+      expect(
+        metricOf(r, new RegExp(`^fg MoE ${v} · together$`), "combined_tok_s").summary.median,
+      ).toBeGreaterThan(0);
+    }
+    expect(r.runs.find((x) => x.id === "fg MoE bf16 · solo")?.conversion?.dtype).toBe("bfloat16");
+    expectCharts(r, 2);
+  });
+
+  it("split: N layers on MLX, the rest on the chain, the same tokens as either runtime alone", async () => {
+    const r = await runScenario("split", { scale: "smoke", out, tokens: 12 });
+    if (!mlx.available) {
+      expect(r.result.status).toBe("skipped");
+      return;
+    }
+    const ns = r.result.runs.map((x) => x.config.mlxLayers);
+    expect(ns).toEqual([0, 4, 8]);
+    const splitRun = r.result.runs.find((x) => x.config.where === "split")!;
+    expect(splitRun.metrics.find((m) => m.name === "mlx_ms")!.summary.median).toBeGreaterThan(0);
+    expect(splitRun.metrics.find((m) => m.name === "ane_ms")!.summary.median).toBeGreaterThan(0);
+    // unquantized fixture: every greedy token of the split is the chain's and MLX's (teacher-forced)
+    for (const run of r.result.runs) {
+      for (const name of ["agreement_with_chain", "agreement_with_mlx"]) {
+        expect(run.metrics.find((m) => m.name === name)!.summary.median, `${run.id} ${name}`).toBe(1);
+      }
+    }
+    expect(r.result.notes.join(" ")).toMatch(/18\.75 tok\/s/);
+    expectCharts(r.result, 1);
+  });
+
+  it("expert-skip: the shared-expert-only draft's acceptance against the full MoE", async () => {
+    const r = await smoke("expert-skip");
+    if (!mlx.available) {
+      expect(r.status).toBe("skipped");
+      return;
+    }
+    const a = metricOf(r, /^draft .* shared expert only$/, "acceptance_rate").summary.median;
+    expect(a).toBeGreaterThanOrEqual(0);
+    expect(a).toBeLessThan(1); // skipping the routed experts changes the model
+    expect(metricOf(r, /^draft /, "agreement").samples).toHaveLength(7);
+    expect(r.notes.join(" ")).toMatch(/4\.2%/);
+    // the draft checkpoint: routed experts' down projections zero, everything else as the target
+    const { mx } = await import("@anemll-qwen35/runtime-mlx");
+    const { expertSkipCheckpoint, fixtureDir } = await import("../src/index.js");
+    const dir = await expertSkipCheckpoint(fixtureDir("tiny-moe"), "tiny-moe");
+    for (const f of readdirSync(dir).filter((x) => x.endsWith(".safetensors"))) {
+      const { arrays } = mx.loadSafetensors(join(dir, f));
+      const { arrays: orig } = mx.loadSafetensors(join(fixtureDir("tiny-moe"), f));
+      for (const [k, v] of Object.entries(arrays)) {
+        const got = v.toTypedArray() as ArrayLike<number>;
+        const want = orig[k].toTypedArray() as ArrayLike<number>;
+        if (/^model\.language_model\.layers\.\d+\.mlp\.experts\.down_proj$/.test(k)) {
+          expect(
+            Array.from(got).every((x) => x === 0),
+            k,
+          ).toBe(true);
+        } else expect(Array.from(got), k).toEqual(Array.from(want));
+      }
+      mx.dispose([arrays, orig]);
+    }
+    expectCharts(r, 1);
+  });
+
+  it("fp32-islands: precision recovered per op selection and the ANE placement it costs", async () => {
+    const r = await smoke("fp32-islands");
+    const err = (id: string) =>
+      metricOf(r, new RegExp(`^${id.replace(/[()]/g, "\\$&")}$`), "max_abs_logit_error");
+    const off = (id: string) =>
+      metricOf(r, new RegExp(`^${id.replace(/[()]/g, "\\$&")}$`), "ops_off_ane").summary.median;
+    // every result kept fp32 is the fp32 program itself; all-fp16 is not
+    expect(err("all (fp32 throughout)").summary.max).toBe(0);
+    expect(err("none (all fp16)").summary.max).toBeGreaterThan(0);
+    expect(off("none (all fp16)")).toBe(0);
+    for (const id of ["norms", "attention", "GDN state update"]) {
+      expect(off(id), id).toBeGreaterThan(0);
+      expect(off(id)).toBeLessThan(off("all (fp32 throughout)"));
+    }
+    const int = metricOf(r, /^norms$/, "interruptions").summary.median;
+    expect(int).toBeGreaterThan(0);
+    expectCharts(r, 2);
+  });
+
+  it("kv-expand: one attention op and the decode, with the KV cache grown or pre-expanded", async () => {
+    const r = await smoke("kv-expand");
+    if (!mlx.available) {
+      expect(r.status).toBe("skipped");
+      return;
+    }
+    const ops = r.runs.filter((x) => x.config.level === "op");
+    expect(ops).toHaveLength(6);
+    for (const o of ops) expect(o.metrics[0].summary.median).toBeGreaterThan(0);
+    expect(new Set(ops.map((o) => o.config.cache))).toEqual(new Set(["grown", "expanded"]));
+    expect(metricOf(r, /^decode · expanded$/, "decode_tok_s").summary.median).toBeGreaterThan(0);
+    expect(metricOf(r, /^decode · grown$/, "decode_tok_s").summary.median).toBeGreaterThan(0);
+    expect(r.runs.find((x) => x.id === "decode · expanded")?.conversion?.ctx).toBe(128);
+    expect(r.notes.join(" ")).toMatch(/\+25% per op, -33% end to end/);
     expectCharts(r, 2);
   });
 

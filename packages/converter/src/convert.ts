@@ -56,6 +56,7 @@ import {
 } from "./graph/quant.js";
 import type { WeightEncodingReport } from "./graph/weights.js";
 import { KmeansPool } from "./kmeans-pool.js";
+import { type LmHeadSplit, tuneLmHeadSplit } from "./lmhead-split.js";
 import { checkOutputTarget, OutputError, PARTIAL_MARKER } from "./output.js";
 import { DEFAULT_BUDGET_BYTES, type PlannedComponent, planComponents, planWarnings } from "./plan.js";
 import { removeResumeFolder, TensorJournal } from "./resume.js";
@@ -100,8 +101,11 @@ export interface ConvertOptions {
   groupSize?: number;
   /** lm_head emits per-piece top-1 instead of logits. */
   argmax?: boolean;
-  /** Most vocabulary rows per lm_head piece (default 16,384). */
-  lmHeadMaxRows?: number;
+  /**
+   * Most vocabulary rows per lm_head piece (default 16,384), or "auto": chosen by a sweep (timed
+   * through Core ML on a Mac, costplan's estimate elsewhere) and recorded in model.json.
+   */
+  lmHeadMaxRows?: number | "auto";
   /** Reuse components and finished weights of an interrupted conversion of the same model and options. */
   resume?: boolean;
   /** Replace whatever is at `out` (and `<out>.partial`), even if it is not a previous conversion. */
@@ -212,6 +216,8 @@ interface ResolvedConvert {
   quant: QuantPolicy;
   argmax: boolean;
   lmHeadMaxRows: number;
+  /** lmHeadMaxRows is to be chosen by tuneLmHeadSplit (then replaced by its choice). */
+  lmHeadAuto: boolean;
 }
 
 /** The policy of a conversion: quant's preset, then the body/lmHead/embed shorthands, then quant's rules. */
@@ -257,7 +263,9 @@ function resolveOptions(o: ConvertOptions): ResolvedConvert {
     quantSpec,
     quant: { rules: specRules(quantSpec), groupSize },
     argmax: o.argmax ?? false,
-    lmHeadMaxRows: o.lmHeadMaxRows ?? DEFAULT_LM_HEAD_MAX_ROWS,
+    lmHeadMaxRows:
+      o.lmHeadMaxRows === "auto" ? DEFAULT_LM_HEAD_MAX_ROWS : (o.lmHeadMaxRows ?? DEFAULT_LM_HEAD_MAX_ROWS),
+    lmHeadAuto: o.lmHeadMaxRows === "auto",
   };
 }
 
@@ -393,6 +401,24 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     await checkTokenizerFiles(dir, ck.config, await eosTokenIds(dir, ck.config.eosTokenIds));
     const configBytes = await readFile(join(dir, "config.json"));
     const configSha = sha256(configBytes);
+    let lmHeadSplit: LmHeadSplit | undefined;
+    if (r.lmHeadAuto) {
+      lmHeadSplit = await tuneLmHeadSplit(ck.config, ck.tiedEmbeddings, {
+        build: {
+          ctx: r.ctx,
+          dtype: r.dtype,
+          state: r.state,
+          attention: r.attention,
+          quant: r.quant,
+          argmax: r.argmax,
+          workers: options.workers,
+          signal,
+        },
+        log,
+        signal,
+      });
+      r.lmHeadMaxRows = lmHeadSplit.maxRows;
+    }
 
     const unmatched = unmatchedPatterns({ rules: r.quantSpec.rules }, quantTargets(ck.config));
     if (unmatched.length) {
@@ -523,6 +549,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
       attention: r.attention,
       quantization: quantizationRecord(ck.config, r),
       argmax: r.argmax,
+      lmHeadSplit,
       components,
       tokenizer: {
         files: tokenizerFiles,

@@ -46,6 +46,18 @@ export {
   type PlacementRule,
   placeOp,
 } from "./placement.js";
+export {
+  formatProfile,
+  PROFILE_SCHEMA,
+  PROFILE_SCHEMA_VERSION,
+  type ProfileOp,
+  type ProfileOptions,
+  type ProfilePackage,
+  type ProfileReport,
+  ProfileReportSchema,
+  parseProfile,
+  profile,
+} from "./profile.js";
 export * from "./report.js";
 export { deviceRates, type OpTime, opTime } from "./roofline.js";
 export { TOOL_NAME, TOOL_VERSION } from "./version.js";

@@ -33,6 +33,8 @@ export interface ReferenceBackendOptions {
    * "dense": every weight is expanded to fp32 once (the same outputs, several times the memory).
    */
   readonly weights?: WeightMode;
+  /** fp16 mode: ops whose results stay fp32 (mixed-precision islands; see the interpreter). */
+  readonly keepFp32?: (op: { readonly type: string; readonly name: string }) => boolean;
 }
 
 class InterpreterState extends HostState<MilState | undefined> implements ComponentState {}
@@ -49,6 +51,7 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
         precision: options.precision ?? "fp32",
         flushSubnormals: options.flushSubnormals,
         weights: options.weights,
+        keepFp32: options.keepFp32,
         onNonFinite: "ignore",
       });
       return {

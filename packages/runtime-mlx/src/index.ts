@@ -10,6 +10,7 @@ export {
   ModelDisposedError,
   RuntimeMlxError,
 } from "./errors.js";
+export { MlxLayerPrefix } from "./layer-prefix.js";
 export * as mx from "./mlx.js";
 export type { LoadMlxModelOptions } from "./mlx-qwen35.js";
 export { loadMlxModel, MlxQwen35, ModelBusyError } from "./mlx-qwen35.js";

@@ -373,6 +373,35 @@ function smallValues(init: Init, n: number, rng: XorShift32): Float32Array {
   return out;
 }
 
+/**
+ * A published size scaled down to fit a small disk: fewer layers (whole DDDA super-blocks) and,
+ * for a mixture of experts, fewer experts; every other dimension (hidden, heads, expert width,
+ * top-k, vocabulary) as published, so one token still does the published per-layer work.
+ */
+export function scaledConfigJson(
+  size: SyntheticSize,
+  o: { layers?: number; experts?: number } = {},
+): Record<string, unknown> {
+  const c = publishedConfigJson(size);
+  const text = { ...(c.text_config as Record<string, unknown>) };
+  const layers = o.layers ?? (text.num_hidden_layers as number);
+  if (!Number.isInteger(layers) || layers < 4 || layers % 4 !== 0)
+    throw new InvalidArgumentError(
+      `layers must be a positive multiple of 4 (whole super-blocks), got ${layers}`,
+    );
+  text.num_hidden_layers = layers;
+  text.layer_types = (text.layer_types as string[]).slice(0, layers);
+  if (o.experts !== undefined) {
+    if (text.num_experts === undefined) throw new InvalidArgumentError(`${size} has no experts to scale`);
+    if (!Number.isInteger(o.experts) || o.experts < (text.num_experts_per_tok as number))
+      throw new InvalidArgumentError(
+        `experts must be an integer ≥ top-k (${text.num_experts_per_tok}), got ${o.experts}`,
+      );
+    text.num_experts = o.experts;
+  }
+  return { ...c, text_config: text };
+}
+
 // --- writer -----------------------------------------------------------------------------------
 
 export interface SyntheticOptions {

@@ -9,7 +9,7 @@ import {
 } from "@anemll-qwen35/bench";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
-import { choice, int, UsageError } from "../options.js";
+import { choice, int, num, UsageError } from "../options.js";
 
 export function registerBench(program: Command, ctx: Context): void {
   program
@@ -20,13 +20,14 @@ export function registerBench(program: Command, ctx: Context): void {
     .argument("<scenario>", `one of ${SCENARIOS.join(", ")}, or all`)
     .option(
       "--scale <scale>",
-      "smoke (tiny fixture, seconds) or full (synthetic 0.8B)",
+      "smoke (tiny fixtures, seconds) or full (synthetic 0.8B; pairing: 35B-A3B scaled to 8 layers, 32 experts)",
       choice("--scale", SCALES),
       "smoke",
     )
     .option("-o, --out <dir>", "folder for the JSON and the charts (default: packages/bench/results)")
     .option("--model <ref>", "checkpoint folder or hf:owner/name replacing the scale's model")
     .option("--tokens <n>", "decode steps per measurement", int("--tokens", 1))
+    .option("--seconds <s>", "seconds per window of parallel and pairing", num("--seconds", 0.1))
     .option(
       "--ane <backend>",
       "auto (Core ML where available), coreml or reference",
@@ -59,6 +60,7 @@ export function registerBench(program: Command, ctx: Context): void {
             out: o.out,
             model: o.model,
             tokens: o.tokens,
+            seconds: o.seconds,
             ane: o.ane,
             noMlx: o.mlx === false,
             noCharts: o.charts === false,

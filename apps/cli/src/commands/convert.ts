@@ -67,9 +67,9 @@ export function registerConvert(program: Command, ctx: Context): void {
     .option("--group-size <n>", "output channels per LUT", int("--group-size", 1), DEFAULT_LUT_GROUP_SIZE)
     .option("--argmax", "lm_head returns per-piece top-1 instead of logits")
     .option(
-      "--lmhead-rows <n>",
-      "most vocabulary rows per lm_head piece",
-      int("--lmhead-rows", 1, 16384),
+      "--lmhead-rows <n|auto>",
+      "most vocabulary rows per lm_head piece, or auto: sweep the split (Core ML timing on a Mac, costplan estimate elsewhere) and record it in model.json",
+      (v: string) => (v === "auto" ? "auto" : int("--lmhead-rows", 1, 16384)(v)),
       16384,
     )
     .option("--resume", "reuse components of an interrupted conversion whose checksums match")

@@ -23,7 +23,7 @@ interface Member {
 const PAIR_ANE = "fg MLX + bg ANE";
 const PAIR_MLX = "fg MLX + bg MLX";
 
-function tokPerS(d: WorkerDone): number {
+export function tokPerS(d: WorkerDone): number {
   return d.stepMs.length / (d.wallMs / 1000);
 }
 
@@ -56,7 +56,7 @@ function runOf(m: Member, pairing: string, d: WorkerDone, extra: Run["metrics"] 
   };
 }
 
-async function jobFor(ctx: ScenarioContext, side: Side, label: string): Promise<WorkerJob> {
+export async function jobFor(ctx: ScenarioContext, side: Side, label: string): Promise<WorkerJob> {
   const prompt = promptIds(ctx.params.promptTokens, side.model.vocabSize ?? 1024);
   if (side.backend.startsWith("ane")) {
     return { label, kind: "ane", dir: side.dir, ane: ctx.ane, prompt };

@@ -253,6 +253,23 @@ export const chainManifestSchema = z.object({
     encodings: z.record(z.string(), z.string()).optional(),
   }),
   argmax: z.boolean(),
+  /** How the lm_head's vocabulary split was chosen (absent: a fixed row limit). */
+  lmHeadSplit: z
+    .object({
+      maxRows: z.number().int().positive(),
+      pieces: z.number().int().positive(),
+      chosenBy: z.enum(["coreml-measured", "costplan-estimate"]),
+      /** Every candidate of the sweep: its row limit, pieces, prediction ms, ops placed off the ANE. */
+      candidates: z.array(
+        z.object({
+          maxRows: z.number().int().positive(),
+          pieces: z.number().int().positive(),
+          ms: z.number().finite().nonnegative(),
+          offAne: z.number().int().nonnegative(),
+        }),
+      ),
+    })
+    .optional(),
   components: z.array(componentSchema).min(3),
   tokenizer: z.object({
     files: z.array(z.string()),
@@ -260,6 +277,9 @@ export const chainManifestSchema = z.object({
     chatTemplate: z.string().optional(),
   }),
 });
+
+/** model.json's `lmHeadSplit`: the auto-tuned lm_head split and its sweep. */
+export type LmHeadSplit = NonNullable<z.infer<typeof chainManifestSchema>["lmHeadSplit"]>;
 
 export interface ChainManifestComponent {
   readonly name: string;

@@ -60,6 +60,11 @@ export interface InterpreterOptions {
   readonly flushSubnormals?: boolean;
   readonly onNonFinite?: NonFiniteMode;
   /**
+   * fp16 mode: ops whose results stay fp32 (not rounded to fp16) — fp32 islands in an fp16
+   * program, as coremltools' op_selector keeps selected ops in fp32.
+   */
+  readonly keepFp32?: (op: { readonly type: string; readonly name: string }) => boolean;
+  /**
    * "packed" (default): LUT and int8 weights stay compressed (matrix products and gather decode
    * them as they read; same values and bits) and large tables are read from their file by row.
    * "dense": every constant is expanded to fp32 once and kept — more memory, for comparisons.
@@ -84,12 +89,19 @@ export interface RunOptions {
   readonly state?: MilState | Readonly<Record<string, Tensor>>;
   /** "declared" (default): outputs in their declared dtype (fp16 as f16 bits); "fp32": all floats as f32. */
   readonly outputs?: "declared" | "fp32";
-  /** Time each op (result.profile). */
-  readonly profile?: boolean;
+  /** Time each op type (result.profile); "ops" also times every op by name (result.opTimes). */
+  readonly profile?: boolean | "ops";
 }
 
 /** Time spent per op type in one run. */
 export type RunProfile = Record<string, { calls: number; ms: number }>;
+
+/** One op's time in one run (profile: "ops"), in program order. */
+export interface OpTiming {
+  readonly name: string;
+  readonly type: string;
+  readonly ms: number;
+}
 
 export interface RunResult {
   readonly outputs: Record<string, Tensor>;
@@ -101,6 +113,8 @@ export interface RunResult {
   readonly firstNonFinite?: NonFiniteReport;
   /** With `profile`: milliseconds per op type. */
   readonly profile?: RunProfile;
+  /** With `profile: "ops"`: milliseconds per op. */
+  readonly opTimes?: readonly OpTiming[];
 }
 
 const MIL_TO_DTYPE: Partial<Record<MilDType, DType>> = {
@@ -257,6 +271,7 @@ export class MilInterpreter {
   private readonly flush: boolean;
   private readonly mode: NonFiniteMode;
   readonly weights: WeightMode;
+  private readonly keepFp32: InterpreterOptions["keepFp32"];
   private readonly frame: { env: (RtTensor | undefined)[] } = { env: [] };
   private readonly slots = new Map<string, number>();
   private readonly steps: Step[] = [];
@@ -283,6 +298,7 @@ export class MilInterpreter {
     this.flush = opts.flushSubnormals ?? false;
     this.mode = opts.onNonFinite ?? "collect";
     this.weights = opts.weights ?? "packed";
+    this.keepFp32 = opts.keepFp32;
     const resolved = resolveFunction(this.fn, this.functionName); // full type check
     for (const i of this.fn.inputs) {
       this.slotType.set(this.slot(i.name), i.type);
@@ -447,16 +463,11 @@ export class MilInterpreter {
     const bad = this.mode === "ignore" ? undefined : new Uint8Array(this.slots.size);
     const fp16 = this.precision === "fp16";
     const profile: RunProfile | undefined = opts.profile ? {} : undefined;
+    const opTimes: OpTiming[] | undefined = opts.profile === "ops" ? [] : undefined;
     for (const s of this.steps) {
       if (s.constexpr) continue;
       const t0 = profile ? performance.now() : 0;
       const results = this.evalStep(s, () => s.def.evaluate(s.args, s.outTypes, ctx));
-      if (profile) {
-        profile[s.op.type] ??= { calls: 0, ms: 0 };
-        const p = profile[s.op.type];
-        p.calls++;
-        p.ms += performance.now() - t0;
-      }
       for (let i = 0; i < results.length; i++) {
         const r = results[i];
         const slot = s.outSlots[i];
@@ -466,7 +477,7 @@ export class MilInterpreter {
           if (bad) for (const k of s.inSlots) bad[slot] |= bad[k];
           continue;
         }
-        const rounded = fp16 && r.type.dtype === "fp16";
+        const rounded = fp16 && r.type.dtype === "fp16" && !this.keepFp32?.(s.op);
         const nonFiniteAfterRounding = rounded ? roundF16InPlace(r.data, this.flush) : 0;
         if (!bad) continue;
         const count = rounded ? nonFiniteAfterRounding : countNonFinite(r.data);
@@ -491,6 +502,15 @@ export class MilInterpreter {
         }
         nonFinite.push(report);
       }
+      // after the fp16 rounding and the inf/NaN scan: both are part of what the op costs here
+      if (profile) {
+        const ms = performance.now() - t0;
+        profile[s.op.type] ??= { calls: 0, ms: 0 };
+        const p = profile[s.op.type];
+        p.calls++;
+        p.ms += ms;
+        opTimes?.push({ name: s.op.name, type: s.op.type, ms });
+      }
     }
     const outputs: Record<string, Tensor> = {};
     for (const name of this.fn.block.outputs) {
@@ -499,7 +519,7 @@ export class MilInterpreter {
       outputs[name] = rtToTensor(v, opts.outputs);
     }
     this.frame.env = constEnv;
-    return { outputs, state, nonFinite, firstNonFinite: nonFinite.find((r) => r.origin), profile };
+    return { outputs, state, nonFinite, firstNonFinite: nonFinite.find((r) => r.origin), profile, opTimes };
   }
 
   private stateFrom(s: RunOptions["state"]): MilState {

@@ -77,6 +77,33 @@ describe("MilInterpreter", () => {
     expect(Array.from(bits).map(f16BitsToF32).slice(1)).toEqual([3, -6]);
   });
 
+  it("fp16 mode keeps the results of keepFp32 ops in fp32 (an fp32 island), and times each op", () => {
+    const b = new MilBuilder();
+    const x = b.input("x", f16([2]));
+    const sq = b.mul({ x, y: x, name: "square_it" });
+    const back = b.realDiv({ x: sq, y: x, name: "divide" });
+    b.output("y", b.add({ x: back, y: 1, name: "plus_one" }));
+    const p = b.program();
+    const input = { x: f32t([2], [300, 2]) };
+    // 300² overflows fp16; kept in fp32 it does not, and the rest rounds as usual
+    const r = interpret(p, input, {
+      precision: "fp16",
+      outputs: "fp32",
+      keepFp32: (op) => op.name === "square_it",
+      profile: "ops",
+    });
+    expect(Array.from(r.outputs.y.data as Float32Array)).toEqual([301, 3]);
+    expect(r.nonFinite).toEqual([]);
+    expect(r.opTimes?.map((t) => [t.name, t.type])).toEqual([
+      ["square_it", "mul"],
+      ["divide", "real_div"],
+      ["y", "add"],
+    ]);
+    for (const t of r.opTimes ?? []) expect(t.ms).toBeGreaterThanOrEqual(0);
+    expect(r.profile?.mul.calls).toBe(1);
+    expect(interpret(p, input, { profile: true }).opTimes).toBeUndefined();
+  });
+
   it("fp16 mode rounds op results, overflows to inf and reports the first op", () => {
     const b = new MilBuilder();
     const x = b.input("x", f16([2]));

@@ -1,0 +1,54 @@
+import { CHIP_IDS, type ChipId, formatProfile, profile } from "@anemll-qwen35/costplan";
+import { writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
+import type { Command } from "commander";
+import type { Context } from "../context.js";
+import { COMPUTE_UNITS, choice, int } from "../options.js";
+
+export function registerProfile(program: Command, ctx: Context): void {
+  program
+    .command("profile")
+    .description(
+      "measured time per op and per package (reference interpreter; Core ML per prediction on a Mac), joined with costplan's estimate and placement, and the ops where they disagree most",
+    )
+    .argument("<path>", "a .mlpackage, or a folder written by `convert`")
+    .option("--runs <n>", "timed runs per package (median reported)", int("--runs", 1), 3)
+    .option("--warmup <n>", "untimed runs first", int("--warmup", 0), 1)
+    .option(
+      "--precision <p>",
+      "interpreter arithmetic: fp16 (rounds like the ANE) or fp32",
+      choice("--precision", ["fp16", "fp32"] as const),
+      "fp16",
+    )
+    .option(
+      "--chip <id>",
+      `chip profile of the estimate (${CHIP_IDS.join(", ")})`,
+      choice("--chip", CHIP_IDS as readonly ChipId[]),
+      "m4-pro",
+    )
+    .option(
+      "--compute-units <u>",
+      `Core ML compute units: ${COMPUTE_UNITS.join(", ")}`,
+      choice("--compute-units", COMPUTE_UNITS),
+      "cpuAndNeuralEngine",
+    )
+    .option("--no-coreml", "skip Core ML timing and MLComputePlan even where available")
+    .option("--top <n>", "ops listed where measurement and estimate disagree most", int("--top", 0), 10)
+    .option("-j, --save <file>", "also write the JSON report to a file (anemll-profile's -j FILE)")
+    .action(async (path: string, o) => {
+      const out = ctx.output();
+      const report = await profile(path, {
+        runs: o.runs,
+        warmup: o.warmup,
+        precision: o.precision,
+        chip: o.chip,
+        computeUnits: o.computeUnits,
+        coreml: o.coreml === false ? "off" : "auto",
+        top: o.top,
+        onProgress: (e) => out.notice(`profile: ${e.stage} ${e.component} (${e.index + 1}/${e.total})`),
+      });
+      if (o.save) await writeFileAtomic(o.save, `${JSON.stringify(report, null, 2)}\n`);
+      out.result(report);
+      out.line(formatProfile(report));
+      if (o.save) out.line(`wrote ${o.save}`);
+    });
+}

@@ -1,0 +1,134 @@
+/**
+ * expert-skip: the reference study's ruled-out speculation on the 35B MoE — the same model with
+ * its routed experts skipped (the shared expert's output only) drafting for the full model. The
+ * target decodes greedily on MLX; the draft is teacher-forced along the target's tokens; the
+ * acceptance is the per-position agreement, and rounds with lookahead γ are simulated from it
+ * exactly (speculation.ts), as the speculative scenario does.
+ *
+ * The draft here is the checkpoint with the routed experts' down projections zeroed: the same
+ * outputs as skipping them, but not the same cost (the zeroed experts still run), so no speed-up
+ * is computed — only what the study measured, the acceptance.
+ */
+import type { ChartSpec } from "../charts.js";
+import { expertSkipModel } from "../expert-skip.js";
+import { backendNotes, barRows } from "../report.js";
+import type { Scenario, ScenarioOutput } from "../scenario.js";
+import type { Run } from "../schema.js";
+import { isSkip, mlxSide } from "../sides.js";
+import { simulateRounds } from "../speculation.js";
+import { metric } from "../stats.js";
+import { promptIds, runSteps } from "../steps.js";
+
+/** The reference study's figure (35B-A3B on a Mac mini M4 Pro). */
+export const STUDY_EXPERT_SKIP_ACCEPTANCE = 0.042;
+
+export const expertSkip: Scenario = {
+  name: "expert-skip",
+  question:
+    "Drafting with the MoE's shared expert only (routed experts skipped), how often is the draft's greedy token the full model's?",
+  async run(ctx): Promise<ScenarioOutput> {
+    const p = ctx.params;
+    const spec = p.pairing.foreground;
+    const bits = p.mlx.bits ?? null;
+    const target = await mlxSide(ctx, spec, { bits });
+    if (isSkip(target)) {
+      return { runs: [], skipped: [{ what: "expert-skip (MLX)", reason: target.reason }], notes: [] };
+    }
+    ctx.log(`expert-skip: writing the shared-expert-only draft of ${spec.name}`);
+    const draft = await mlxSide(ctx, expertSkipModel(spec), { bits });
+    if (isSkip(draft))
+      return { runs: [], skipped: [{ what: "expert-skip draft", reason: draft.reason }], notes: [] };
+    const tokens = p.speculative.tokens;
+    const prompt = promptIds(p.promptTokens, target.model.vocabSize ?? 1024);
+    ctx.log(`expert-skip: target ${target.label} · ${target.model.name}`);
+    const t = await target.open();
+    let ref: Awaited<ReturnType<typeof runSteps>>;
+    try {
+      ref = await runSteps(t.model, prompt, { decodeSteps: tokens });
+    } finally {
+      await t.model.dispose();
+    }
+    ctx.log("expert-skip: draft, teacher-forced on the target's tokens");
+    const d = await draft.open();
+    let r: Awaited<ReturnType<typeof runSteps>>;
+    try {
+      r = await runSteps(d.model, prompt, { decodeSteps: tokens, forced: ref.tokens });
+    } finally {
+      await d.model.dispose();
+    }
+    const matches = r.tokens.map((tok, i) => tok === ref.tokens[i]);
+    const agree = matches.map(Number);
+    const acceptance = agree.reduce((a, b) => a + b, 0) / agree.length;
+    const runs: Run[] = [
+      {
+        id: `target ${target.backend} · ${target.model.name}`,
+        backend: target.backend,
+        model: target.model,
+        conversion: target.conversion,
+        config: { role: "target", tokens },
+        metrics: [
+          metric("decode_ms", "ms", ref.decodeMs, "target greedy decode steps"),
+          ...(ref.margins.length
+            ? [metric("logit_margin", "logit", ref.margins, "target's top-1 minus top-2 logit per position")]
+            : []),
+        ],
+        notes: [],
+      },
+      {
+        id: `draft ${draft.backend} · shared expert only`,
+        backend: draft.backend,
+        model: draft.model,
+        conversion: draft.conversion,
+        config: { role: "draft", draft: "shared expert only", tokens },
+        metrics: [
+          metric(
+            "acceptance_rate",
+            "fraction",
+            [acceptance],
+            "mean agreement with the target's greedy tokens",
+          ),
+          metric(
+            "agreement",
+            "0/1",
+            agree,
+            "1 when the draft's greedy token equals the target's, per position",
+          ),
+          ...p.speculative.gammas.map((g) =>
+            metric(
+              `tokens_per_round_gamma${g}`,
+              "tokens",
+              simulateRounds(matches, g).tokensPerRound,
+              `tokens per round with lookahead ${g}`,
+            ),
+          ),
+        ],
+        notes: [],
+      },
+    ];
+    return {
+      runs,
+      skipped: [],
+      notes: [
+        `acceptance ${(acceptance * 100).toFixed(1)}% over ${agree.length} positions; the reference study measured ${(STUDY_EXPERT_SKIP_ACCEPTANCE * 100).toFixed(1)}% on the real 35B-A3B`,
+        "the draft zeroes the routed experts' down projections (same outputs as skipping them, not the same cost), so only the acceptance is reported",
+        ...(target.model.weights?.startsWith("fixture") || target.model.weights?.startsWith("synthetic")
+          ? ["random weights: which tokens agree says little about a trained model's shared expert"]
+          : []),
+        ...backendNotes(runs),
+      ],
+    };
+  },
+  charts(result): ChartSpec[] {
+    return [
+      {
+        kind: "bar",
+        name: "acceptance",
+        title: "Expert-skip draft: acceptance (greedy agreement with the full MoE)",
+        rows: barRows(result.runs, "acceptance_rate"),
+        x: "run",
+        y: "median",
+        yTitle: "acceptance rate",
+      },
+    ];
+  },
+};
