@@ -109,7 +109,9 @@ export class SplitModel implements StepModel {
     const handover: ChainComponent = {
       name: `mlx layers 0-${o.layers - 1}`,
       io: embedIo,
-      newState: () => ({ reset: () => {} }),
+      newState: () => {
+        throw new Error("the MLX hand-over keeps no chain state"); // stateless plan: never called
+      },
       predict: async (inputs) => {
         const token = (inputs[embedIo.inputs[0].name].data as Int32Array)[0];
         const t = performance.now();

@@ -15,9 +15,27 @@ import { backendNotes, barRows } from "../report.js";
 import type { Scenario, ScenarioOutput } from "../scenario.js";
 import type { Run } from "../schema.js";
 import { isSkip, mlxSide } from "../sides.js";
-import { simulateRounds } from "../speculation.js";
 import { metric } from "../stats.js";
 import { promptIds, runSteps } from "../steps.js";
+
+/**
+ * Tokens each speculative round would emit over a sequence of draft/target agreements with
+ * lookahead `gamma`: the accepted run plus the target's own next token. (The draft here skips no
+ * work — its experts are zeroed, not skipped — so only what acceptance allows is computed.)
+ */
+export function tokensPerRound(matches: readonly boolean[], gamma: number): number[] {
+  if (!Number.isInteger(gamma) || gamma < 1)
+    throw new RangeError(`gamma must be a positive integer, got ${gamma}`);
+  const out: number[] = [];
+  for (let i = 0; i < matches.length; ) {
+    let a = 0;
+    while (a < gamma && i + a < matches.length && matches[i + a]) a++;
+    const emitted = Math.min(a + 1, matches.length - i);
+    out.push(emitted);
+    i += emitted;
+  }
+  return out;
+}
 
 /** The reference study's figure (35B-A3B on a Mac mini M4 Pro). */
 export const STUDY_EXPERT_SKIP_ACCEPTANCE = 0.042;
@@ -97,7 +115,7 @@ export const expertSkip: Scenario = {
             metric(
               `tokens_per_round_gamma${g}`,
               "tokens",
-              simulateRounds(matches, g).tokensPerRound,
+              tokensPerRound(matches, g),
               `tokens per round with lookahead ${g}`,
             ),
           ),
