@@ -1,6 +1,6 @@
 /**
  * ChainRunner: runs a converted chain (model.json + packages) one token at a time,
- * embed → super-block packages → lm_head, over a backend, with ir's chain protocol (ChainStepper:
+ * embed (read on the host) → super-block packages → lm_head, over a backend, with ir's chain protocol (ChainStepper:
  * positions and masks from the components' roles, split-head merge; the backend keeps each
  * package's state buffers),
  * and implements generate's StepModel so the shared text loop drives it.
@@ -22,6 +22,7 @@ import {
   verifyChainPackages,
 } from "@anemll-qwen35/ir/chain";
 import type { Backend, ComponentState, LoadedComponent } from "./backend.js";
+import { loadHostEmbedding } from "./host-embedding.js";
 
 export interface LoadChainOptions {
   backend: Backend;
@@ -115,6 +116,11 @@ export class ChainRunner implements StepModel {
           total: manifest.components.length,
         });
         try {
+          // the embedding table is read on the host (host-embedding.ts), not run on the backend
+          if (entry.kind === "embed") {
+            loaded.push(await loadHostEmbedding(join(dir, entry.file), entry.name, entry.function, entry.io));
+            continue;
+          }
           loaded.push(
             await options.backend.load(join(dir, entry.file), {
               name: entry.name,

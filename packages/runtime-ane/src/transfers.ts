@@ -21,7 +21,8 @@ export interface TransferEstimate {
 }
 
 /**
- * Per decode token through every component (lm_head included), for a backend that returns outputs
+ * Per decode token through every component the backend runs (super-blocks and lm_head: the
+ * embedding row is read on the host, in its declared dtype), for a backend that returns outputs
  * with `outputBytes` bytes per element (the reference backend: 4, it returns fp32; Core ML: the
  * declared dtype, `undefined`). A tensor a backend returned goes back in as it came out.
  */
@@ -34,15 +35,18 @@ export function transferPerToken(
   let bytesIn = 0;
   let bytesOut = 0;
   let bytesKept = 0;
+  let fromHost = true; // the first super-block's hidden state is the host's embedding row
   for (const c of manifest.components) {
     const io = c.io;
+    if (c.kind === "embed") continue;
     const fed = mode === "backend-keeps-state" ? hostInputs(io) : io.inputs;
     for (const t of fed) {
       const k = t.role.kind;
       // hidden state and carried GDN states are a backend's outputs fed back; caches and masks are the host's
-      const returned = k === "hidden_in" || k === "gdn_conv_in" || k === "gdn_rec_in";
+      const returned = (k === "hidden_in" && !fromHost) || k === "gdn_conv_in" || k === "gdn_rec_in";
       bytesIn += returned ? out(t) : numel(t) * BYTES[t.dtype];
     }
+    fromHost = false;
     const back = mode === "backend-keeps-state" ? hostOutputs(io) : io.outputs;
     for (const t of back) bytesOut += out(t);
     if (mode === "host-keeps-state") continue; // the host wrote the KV rows itself

@@ -5,66 +5,45 @@
  * query rows of that head's attention; output × sigmoid(gate) → o_proj.
  */
 
+import { type RopeSpec, ropeCosSin } from "@anemll-qwen35/ir/chain";
 import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import type { MilBuilder, MilVar } from "@anemll-qwen35/ir/mil";
 import { conv1x1, rmsNormAne, scalar } from "./ane.js";
 import { zeroCentredGain } from "./norms.js";
 import type { GraphWeights } from "./weights.js";
 
-/** cos/sin tables [ctx, rot/2] for positions 0..ctx-1 (HF: fp32 inv_freq, fp32 angle, cos/sin). */
+/** cos/sin tables [ctx, rot/2] for positions 0..ctx-1 (the host's computation, ir/chain's ropeCosSin). */
 export function ropeTables(config: Qwen35Config, ctx: number): { cos: Float32Array; sin: Float32Array } {
-  const half = config.rotaryDim / 2;
-  const cos = new Float32Array(ctx * half);
-  const sin = new Float32Array(ctx * half);
-  for (let i = 0; i < half; i++) {
-    const invFreq = Math.fround(1 / Math.fround(config.ropeTheta ** Math.fround((2 * i) / config.rotaryDim)));
-    for (let p = 0; p < ctx; p++) {
-      const angle = Math.fround(p * invFreq);
-      cos[p * half + i] = Math.cos(angle);
-      sin[p * half + i] = Math.sin(angle);
-    }
-  }
-  return { cos, sin };
+  return ropeCosSin(
+    ropeSpec(config),
+    Array.from({ length: ctx }, (_, p) => p),
+  );
 }
 
-/** cos and sin rows of this step's position, each [1, 1, 1, rot/2] (shared by all attention layers). */
+/** The model's RoPE as the host computes it. */
+export function ropeSpec(config: Qwen35Config): RopeSpec {
+  return { rotaryDim: config.rotaryDim, theta: config.ropeTheta };
+}
+
+/**
+ * cos and sin of this step's positions, each [1, 1, T, rot/2] (shared by all attention layers):
+ * inputs the host computes (ir/chain's ropeCosSin), so no super-block gathers by position.
+ */
 export interface RopeRow {
   readonly cos: MilVar;
   readonly sin: MilVar;
 }
 
 /**
- * Gathers the position's row of one constant table [ctx, rot] (cos ‖ sin), then splits it: one
- * gather by a run-time index per function (costplan places such gathers on the CPU), emitted
- * where the caller puts it — at the function's start, beside the other index work.
- */
-export function ropeRow(w: GraphWeights, ctx: number, position: MilVar): RopeRow {
-  const b = w.b;
-  const rot = w.source.config.rotaryDim;
-  const half = rot / 2;
-  const t = ropeTables(w.source.config, ctx);
-  const table = new Float32Array(ctx * rot);
-  for (let p = 0; p < ctx; p++) {
-    table.set(t.cos.subarray(p * half, (p + 1) * half), p * rot);
-    table.set(t.sin.subarray(p * half, (p + 1) * half), p * rot + half);
-  }
-  const c = w.constant(table, [ctx, rot], "rope_table");
-  const g = b.gather({ x: c, indices: position, axis: 0, name: "rope_row" }); // [1, rot]
-  const row = b.reshape({ x: g, shape: [1, 1, 1, rot], name: "rope" });
-  const part = (from: number, name: string) =>
-    b.sliceByIndex({ x: row, begin: [0, 0, 0, from], end: [1, 1, 1, from + half], name });
-  return { cos: part(0, "rope_cos"), sin: part(half, "rope_sin") };
-}
-
-/**
- * Rotate-half RoPE on the first `rot` dims of x [1, n, 1, hd]; dims rot..hd pass through.
+ * Rotate-half RoPE on the first `rot` dims of x [1, n, T, hd] (cos/sin [1, 1, T, rot/2]); dims
+ * rot..hd pass through.
  * x1 = x[0:rot/2], x2 = x[rot/2:rot] → [x1·c − x2·s, x2·c + x1·s, x[rot:]] (static slices + concat).
  */
-function applyRope(b: MilBuilder, x: MilVar, rope: RopeRow, rot: number, name: string): MilVar {
-  const [, n, , hd] = x.shape;
+export function applyRope(b: MilBuilder, x: MilVar, rope: RopeRow, rot: number, name: string): MilVar {
+  const [, n, t, hd] = x.shape;
   const half = rot / 2;
-  const x1 = b.sliceByIndex({ x, begin: [0, 0, 0, 0], end: [1, n, 1, half], name: `${name}_x1` });
-  const x2 = b.sliceByIndex({ x, begin: [0, 0, 0, half], end: [1, n, 1, rot], name: `${name}_x2` });
+  const x1 = b.sliceByIndex({ x, begin: [0, 0, 0, 0], end: [1, n, t, half], name: `${name}_x1` });
+  const x2 = b.sliceByIndex({ x, begin: [0, 0, 0, half], end: [1, n, t, rot], name: `${name}_x2` });
   const r1 = b.sub({
     x: b.mul({ x: x1, y: rope.cos, name: `${name}_x1c` }),
     y: b.mul({ x: x2, y: rope.sin, name: `${name}_x2s` }),
@@ -76,7 +55,7 @@ function applyRope(b: MilBuilder, x: MilVar, rope: RopeRow, rot: number, name: s
     name: `${name}_r2`,
   });
   if (rot === hd) return b.concat({ values: [r1, r2], axis: 3, name });
-  const pass = b.sliceByIndex({ x, begin: [0, 0, 0, rot], end: [1, n, 1, hd], name: `${name}_pass` });
+  const pass = b.sliceByIndex({ x, begin: [0, 0, 0, rot], end: [1, n, t, hd], name: `${name}_pass` });
   return b.concat({ values: [r1, r2, pass], axis: 3, name });
 }
 

@@ -4,10 +4,11 @@ export {
   ATTENTION_FORMS,
   type AttentionForm,
   type AttentionStep,
+  applyRope,
   attentionLayer,
   type KvCache,
   type RopeRow,
-  ropeRow,
+  ropeSpec,
   ropeTables,
 } from "./attention.js";
 export { assertConvertible, type BuiltComponent, buildComponent } from "./component.js";
@@ -30,6 +31,7 @@ export * from "./quant.js";
 export {
   buildSuperblocks,
   decoderLayer,
+  ropeInputs,
   type StepInputs,
   type StepOutputs,
   superblock,

@@ -5,7 +5,7 @@
  * The `superblocks` component fuses N consecutive super-blocks into one function.
  */
 
-import type { SuperBlock } from "@anemll-qwen35/ir/checkpoint";
+import type { Qwen35Config, SuperBlock } from "@anemll-qwen35/ir/checkpoint";
 import { type MilVar, tensorType } from "@anemll-qwen35/ir/mil";
 import { GDN_V_SCALE, MASK_NEG } from "./ane.js";
 import {
@@ -14,10 +14,10 @@ import {
   attentionLayer,
   type KvCache,
   type RopeRow,
-  ropeRow,
+  ropeSpec,
 } from "./attention.js";
 import { type GdnStateIn, type GdnStep, gdnLayer } from "./gdn.js";
-import type { ComponentIO, IoTensor } from "./io.js";
+import type { ComponentIO, GraphDType, IoTensor } from "./io.js";
 import { mlp } from "./mlp.js";
 import { rmsNorm1p } from "./norms.js";
 import type { ResolvedOptions } from "./options.js";
@@ -92,14 +92,30 @@ export async function superblock(
   return x;
 }
 
+/** The rope_cos / rope_sin inputs [1, 1, T, rot/2] of a step of T tokens (the host computes them). */
+export function ropeInputs(
+  input: (t: IoTensor) => MilVar,
+  cfg: Qwen35Config,
+  dt: GraphDType,
+  tokens: number,
+): RopeRow {
+  const shape = [1, 1, tokens, cfg.rotaryDim / 2];
+  const spec = ropeSpec(cfg);
+  return {
+    cos: input({ name: "rope_cos", dtype: dt, shape, role: { kind: "rope", part: "cos", ...spec } }),
+    sin: input({ name: "rope_sin", dtype: dt, shape, role: { kind: "rope", part: "sin", ...spec } }),
+  };
+}
+
 /**
  * The `superblocks` component: super-blocks first..first+count-1 in one function, with its
  * inputs (hidden, position, mask, the GDN states, the KV caches or the KV state) and outputs.
  *
  * Attention scores every layer's cached rows and this token's row apart (attention.ts), so the
- * mask has ctx + 1 keys in both KV placements. With the KV in a Core ML state, the function reads
- * the state once, and writes all layers' new rows at `position` in one slice_update at its end;
- * the int32 bounds of that write are computed once, at the start, beside the RoPE gather — the
+ * mask has ctx + 1 keys in both KV placements. RoPE's cos/sin come in as inputs (the host computes
+ * them for any position), so the function has no gather. With the KV in a Core ML state, the
+ * function reads the state once, and writes all layers' new rows at `position` in one
+ * slice_update at its end; the int32 bounds of that write are computed once, at the start — the
  * only run-time-index work of the function — so no int32 op sits between two ANE ops.
  */
 export async function buildSuperblocks(
@@ -134,7 +150,7 @@ export async function buildSuperblocks(
   };
 
   const hidden = input({ name: "hidden", dtype: dt, shape: [1, D, 1, 1], role: { kind: "hidden_in" } });
-  const position = input({ name: "position", dtype: "int32", shape: [1], role: { kind: "position" } });
+  const rope = ropeInputs(input, cfg, dt, 1);
   const mask = input({
     name: "mask",
     dtype: dt,
@@ -190,6 +206,7 @@ export async function buildSuperblocks(
       role: { kind: "kv_state", rows: rows.sort((p, q) => p.row - q.row) },
     });
     const state = b.state("kv", tensorType("fp16", shape)); // Core ML states are fp16 in every dtype
+    const position = input({ name: "position", dtype: "int32", shape: [1], role: { kind: "position" } });
     // [0, 0, position, 0] .. [2n, Hkv, position + 1, hd]
     const begin = b.concat({
       values: [b.const([0, 0], "int32", [2]), position, b.const([0], "int32", [1])],
@@ -204,7 +221,6 @@ export async function buildSuperblocks(
     });
     kvWrite = { state, begin, end };
   }
-  const rope = ropeRow(w, ctx, position); // right after the write bounds: all run-time-index work together
   const kvRead = kvWrite && b.readState({ input: kvWrite.state, name: "kv_read" }); // [2n, Hkv, ctx, hd]
   if (kvRead) {
     const rowsOf = (row: number, name: string) => {

@@ -5,7 +5,9 @@
  *
  * The per-step protocol for one decode token at position p (0 ≤ p < ctx):
  *   embed:        input_ids = [[token]]                              → hidden
- *   superblocks:  hidden, position = [p], mask (see MaskRule), and per layer
+ *   superblocks:  hidden, rope_cos / rope_sin (the host's RoPE angles for p: rope.ts), mask (see
+ *                 MaskRule), position = [p] (mlstate KV only: where the state row is written; packages
+ *                 of earlier converters take it in every placement and gather RoPE by it), and per layer
  *                   gdn{L}_conv / gdn{L}_rec  (zeros at sequence start) → gdn{L}_conv_out / gdn{L}_rec_out,
  *                   which replace them for the next step;
  *                 io KV:      kv{L}_k / kv{L}_v [1, Hkv, ctx, hd] (rows < p valid) → kv{L}_k_new / kv{L}_v_new
@@ -47,6 +49,13 @@ export type IoRole =
   | { readonly kind: "hidden_in" }
   | { readonly kind: "hidden_out" }
   | { readonly kind: "position" }
+  /** RoPE cos or sin of this step's positions, [1, 1, T, rotaryDim / 2] (ir/chain's ropeCosSin). */
+  | {
+      readonly kind: "rope";
+      readonly part: "cos" | "sin";
+      readonly rotaryDim: number;
+      readonly theta: number;
+    }
   | { readonly kind: "mask"; readonly rule: MaskRule; readonly keys: number; readonly maskValue: number }
   /** GDN conv window: the last 3 pre-conv in_proj_qkv columns. `next` is the input an output replaces. */
   | { readonly kind: "gdn_conv_in"; readonly layer: number }

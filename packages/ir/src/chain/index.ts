@@ -6,4 +6,5 @@
 export * from "./contract.js";
 export * from "./integrity.js";
 export * from "./protocol.js";
+export * from "./rope.js";
 export * from "./state.js";

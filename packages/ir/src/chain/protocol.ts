@@ -8,6 +8,7 @@
  */
 import { f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
 import { argmaxToken, ChainProtocolError, type ComponentIO, decodeMask, type IoTensor } from "./contract.js";
+import { ropeCosSin } from "./rope.js";
 import { hostInputs, isStateless, type StatePlan, statePlan } from "./state.js";
 
 /** What a component keeps between steps (see ChainComponent.newState); the protocol only resets it. */
@@ -53,7 +54,8 @@ interface Block {
   readonly state: ChainComponentState | undefined;
 }
 
-function maskTensor(t: IoTensor, values: Float32Array): Tensor {
+/** Float values as an input of `t`'s dtype (fp16 as bit patterns). */
+export function floatTensor(t: IoTensor, values: Float32Array): Tensor {
   if (t.dtype === "fp16") return tensor("f16", t.shape, Uint16Array.from(values, f32ToF16Bits));
   return tensor("f32", t.shape, values);
 }
@@ -130,8 +132,11 @@ export class ChainStepper {
         const role = t.role;
         if (role.kind === "hidden_in") inputs[t.name] = hidden;
         else if (role.kind === "position") inputs[t.name] = tensor("i32", t.shape, Int32Array.of(position));
-        else if (role.kind === "mask")
-          inputs[t.name] = maskTensor(t, decodeMask(role.rule, io.ctx, position));
+        else if (role.kind === "rope") {
+          const { cos, sin } = ropeCosSin(role, [position]);
+          inputs[t.name] = floatTensor(t, role.part === "cos" ? cos : sin);
+        } else if (role.kind === "mask")
+          inputs[t.name] = floatTensor(t, decodeMask(role.rule, io.ctx, position));
         else
           throw new ChainProtocolError(
             s.c.name,
