@@ -188,8 +188,10 @@ function workPerElement(q: WeightQuant): number {
 /** Estimated work of a component: its weights' elements times their encodings' cost. */
 function componentWork(config: Qwen35Config, c: PlannedComponent, r: ResolvedConvert): number {
   const vocab = config.vocabSize * config.hiddenSize;
-  if (c.kind === "embed") return vocab * workPerElement(quantFor(r.quant, { canonical: "embed", role: "embed" }));
-  if (c.kind === "lm_head") return vocab * workPerElement(quantFor(r.quant, { canonical: "lm_head", role: "lm_head" }));
+  if (c.kind === "embed")
+    return vocab * workPerElement(quantFor(r.quant, { canonical: "embed", role: "embed" }));
+  if (c.kind === "lm_head")
+    return vocab * workPerElement(quantFor(r.quant, { canonical: "lm_head", role: "lm_head" }));
   let work = 0;
   for (const p of qwen35Parameters(config, { tied: true })) {
     if (p.layer < c.layers[0] || p.layer >= c.layers[1]) continue;

@@ -59,8 +59,12 @@ describe("convert", () => {
     for (const c of m.components) expect(existsSync(join(out, c.file))).toBe(true);
     expect(existsSync(`${out}.partial`)).toBe(false);
     expect(stages.at(-1)).toBe("finish:");
-    expect(r.weights.filter((w) => w.role === "gdn.in_proj_qkv").every((w) => w.encoding.startsWith("lut6"))).toBe(true);
-    expect(r.weights.filter((w) => w.role === "mlp.down_proj").every((w) => w.encoding.startsWith("lut4"))).toBe(true);
+    expect(
+      r.weights.filter((w) => w.role === "gdn.in_proj_qkv").every((w) => w.encoding.startsWith("lut6")),
+    ).toBe(true);
+    expect(
+      r.weights.filter((w) => w.role === "mlp.down_proj").every((w) => w.encoding.startsWith("lut4")),
+    ).toBe(true);
   });
 
   it("takes a policy text and the shorthands, records both in model.json, and refuses a pattern that matches nothing", async () => {
