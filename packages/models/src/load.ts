@@ -53,6 +53,8 @@ export interface LoadModelOptions {
   computeUnits?: ComputeUnits;
   /** Chains: "error" (default) when the context is full, or "slide" the window (re-prefills the kept tokens). */
   contextOverflow?: "error" | "slide";
+  /** Chains: prompts through the packages' prefill function when they have one (default true). */
+  prefillFunction?: boolean;
   /** Wraps the chain backend (timing, tracing); chains only. */
   wrapBackend?: (backend: Backend) => Backend;
   /** mlx: most tokens per sequence (default: the config's max_position_embeddings). */
@@ -174,6 +176,7 @@ async function loadChain(
   const model = await ChainRunner.load(dir, {
     backend,
     contextOverflow: o.contextOverflow ?? "error",
+    prefillFunction: o.prefillFunction,
     onProgress: (e) => o.onProgress?.(e),
     signal: o.signal,
   });

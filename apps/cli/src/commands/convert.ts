@@ -2,6 +2,7 @@ import { createWriteStream } from "node:fs";
 import {
   convert,
   DEFAULT_CTX,
+  DEFAULT_PREFILL_BATCH,
   DEFAULT_LUT_GROUP_SIZE,
   formatWeightQuant,
   MAX_CTX,
@@ -51,6 +52,18 @@ export function registerConvert(program: Command, ctx: Context): void {
       "matmul",
     )
     .option(
+      "--prefill-batch <n>",
+      "tokens per call of each super-block package's prefill function, beside decode over the same weights (0 = decode only)",
+      int("--prefill-batch", 0, MIN_CTX),
+      DEFAULT_PREFILL_BATCH,
+    )
+    .option(
+      "--gdn-prefill <form>",
+      "the prefill function's Gated DeltaNet: chunked (WY form, matmuls) or scan (the one-token rule unrolled)",
+      choice("--gdn-prefill", ["chunked", "scan"] as const),
+      "chunked",
+    )
+    .option(
       "--quant <policy>",
       `weight encodings per tensor: [preset,]pattern=encoding,… (the last matching rule wins) — presets ${Object.keys(QUANT_PRESETS).join(", ")}; ` +
         "patterns body, gdn, attn, mlp, lm_head, embed, a role (gdn.in_proj_qkv) or a tensor glob (layers.*.mlp.down_proj); " +
@@ -98,6 +111,8 @@ export function registerConvert(program: Command, ctx: Context): void {
           state: o.state,
           dtype: o.dtype,
           attention: o.attention,
+          prefillBatch: o.prefillBatch,
+          gdnPrefill: o.gdnPrefill,
           quant: o.quant,
           body: o.lut,
           lmHead: o.lmheadLut,
@@ -136,7 +151,7 @@ export function registerConvert(program: Command, ctx: Context): void {
         if (r.reusedWeights.length > 0)
           out.line(`  ${r.reusedWeights.length} weight(s) reused from the interrupted conversion`);
         out.line(
-          `  ctx ${r.manifest.ctx} · state ${r.manifest.state} · ${r.manifest.dtype} · attention ${r.manifest.attention} · quant ${r.manifest.quantization.policy} · worst relative weight error ${worst.toExponential(2)}`,
+          `  ctx ${r.manifest.ctx} · state ${r.manifest.state} · ${r.manifest.dtype} · attention ${r.manifest.attention} · prefill ${r.manifest.prefill ? `${r.manifest.prefill.tokens} tokens (${r.manifest.prefill.gdn})` : "off"} · quant ${r.manifest.quantization.policy} · worst relative weight error ${worst.toExponential(2)}`,
         );
       } finally {
         bar.stop();

@@ -37,7 +37,7 @@ export interface GdnStep {
 }
 
 /** L2 normalisation over the last axis, x·rsqrt(Σx² + 1e-6) (HF's l2norm), times `scale`. */
-function l2norm(w: GraphWeights, x: MilVar, scale: number, name: string): MilVar {
+export function l2norm(w: GraphWeights, x: MilVar, scale: number, name: string): MilVar {
   const b = w.b;
   const ss = b.reduceSumSquare({ x, axes: [-1], keepDims: true, name: `${name}_ss` });
   const inv = b.rsqrt({ x: ss, epsilon: scalar(1e-6, x), name: `${name}_rsqrt` });
