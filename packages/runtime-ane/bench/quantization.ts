@@ -333,7 +333,9 @@ console.log(`| encoding | policy | tiny-trained | ${GOLDEN_FIXTURES.join(" | ")}
 console.log(`|---|---|---|${GOLDEN_FIXTURES.map(() => "---|").join("")}`);
 for (const r of rows) {
   const cells = r.fixtures.map((f) =>
-    "skipped" in f ? "skipped (MoE)" : `${klText(f.klMean as number)} / ${(100 * (f.top1 as number)).toFixed(0)}%`,
+    "skipped" in f
+      ? "skipped (MoE)"
+      : `${klText(f.klMean as number)} / ${(100 * (f.top1 as number)).toFixed(0)}%`,
   );
   console.log(
     `| ${r.name} | ${r.policy ?? ""} | ${klText(r.klMean)} / ${(100 * r.top1).toFixed(1)}% | ${cells.join(" | ")} |`,
