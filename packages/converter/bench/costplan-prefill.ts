@@ -23,17 +23,17 @@ import { costplan, FITTED_RUNTIME } from "@anemll-qwen35/costplan";
 import { Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
 import { MilProgramBuilder, type MilVar, MlPackageWriter, readMlPackage } from "@anemll-qwen35/ir/mil";
 import { writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
-import { DEFAULT_BUDGET_BYTES, planComponents } from "../src/plan.js";
 import { resolveQuantSpec } from "../src/convert.js";
 import {
   buildSuperblocks,
   DEFAULT_WY_CHUNK,
-  GraphWeights,
   type GdnPrefillForm,
+  GraphWeights,
   type PrefillShape,
   resolveOptions,
   specRules,
 } from "../src/graph/index.js";
+import { DEFAULT_BUDGET_BYTES, planComponents } from "../src/plan.js";
 import { benchCache, ensurePackage, graphSourceHash } from "./packages.js";
 
 const here = dirname(fileURLToPath(import.meta.url));

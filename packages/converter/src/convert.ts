@@ -33,9 +33,9 @@ import {
 } from "@anemll-qwen35/ir/checkpoint";
 import { digestMlPackage, MlPackageWriter } from "@anemll-qwen35/ir/mil";
 import { ATTENTION_FORMS, type AttentionForm } from "./graph/attention.js";
-import { GDN_PREFILL_FORMS, type GdnPrefillForm } from "./graph/gdn-chunked.js";
 import { assertConvertible, buildComponent } from "./graph/component.js";
 import { GraphOptionError } from "./graph/errors.js";
+import { GDN_PREFILL_FORMS, type GdnPrefillForm } from "./graph/gdn-chunked.js";
 import type { GraphDType, KvPlacement } from "./graph/io.js";
 import { ctxProblem, DEFAULT_LM_HEAD_MAX_ROWS } from "./graph/options.js";
 import {

@@ -2,8 +2,8 @@ import { createWriteStream } from "node:fs";
 import {
   convert,
   DEFAULT_CTX,
-  DEFAULT_PREFILL_BATCH,
   DEFAULT_LUT_GROUP_SIZE,
+  DEFAULT_PREFILL_BATCH,
   formatWeightQuant,
   MAX_CTX,
   MIN_CTX,

@@ -15,7 +15,7 @@
  * is checked against the ANE's size limits (limits.ts; AneLimitError names the tensor).
  */
 import type { PrefillFunction } from "@anemll-qwen35/ir/chain";
-import { MilBuilder, type MilVar, MilProgramBuilder, type MlModel } from "@anemll-qwen35/ir/mil";
+import { MilBuilder, MilProgramBuilder, type MilVar, type MlModel } from "@anemll-qwen35/ir/mil";
 import { buildEmbed } from "./embed.js";
 import { UnsupportedModelError } from "./errors.js";
 import type { ComponentIO } from "./io.js";

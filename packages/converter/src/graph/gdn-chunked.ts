@@ -30,8 +30,8 @@ import {
   siluTanh,
   softplusStable,
 } from "./ane.js";
-import { l2norm } from "./gdn.js";
 import type { GdnStateIn, GdnStep } from "./gdn.js";
+import { l2norm } from "./gdn.js";
 import type { GraphWeights } from "./weights.js";
 
 /** How the prefill function runs the delta rule over its chunk (see the module comment). */

@@ -4,10 +4,10 @@ export {
   ATTENTION_FORMS,
   type AttentionForm,
   type AttentionStep,
+  applyRope,
   attentionLayer,
   type KvCache,
   type RopeRow,
-  applyRope,
   ropeSpec,
   ropeTables,
 } from "./attention.js";
@@ -28,7 +28,6 @@ export {
   type GdnPrefillForm,
   gdnChunkLayer,
 } from "./gdn-chunked.js";
-export { attentionChunkLayer } from "./prefill-attention.js";
 export * from "./io.js";
 export { checkAneLimits } from "./limits.js";
 export { buildLmHead } from "./lm-head.js";
@@ -41,6 +40,7 @@ export {
   type ResolvedOptions,
   resolveOptions,
 } from "./options.js";
+export { attentionChunkLayer } from "./prefill-attention.js";
 export * from "./quant.js";
 export {
   buildSuperblocks,

@@ -21,8 +21,8 @@ import { type GdnChunkInputs, type GdnPrefillForm, gdnChunkLayer } from "./gdn-c
 import type { ComponentIO, GraphDType, IoTensor } from "./io.js";
 import { mlp } from "./mlp.js";
 import { rmsNorm1p } from "./norms.js";
-import { attentionChunkLayer } from "./prefill-attention.js";
 import type { ResolvedOptions } from "./options.js";
+import { attentionChunkLayer } from "./prefill-attention.js";
 import type { GraphWeights } from "./weights.js";
 
 /** What every layer of one step reads besides the hidden state. */
