@@ -30,8 +30,7 @@ import {
   siluTanh,
   softplusStable,
 } from "./ane.js";
-import type { GdnStateIn, GdnStep } from "./gdn.js";
-import { l2norm } from "./gdn.js";
+import { type GdnStateIn, type GdnStep, gdnDecayConstants, gdnProjections, l2norm } from "./gdn.js";
 import type { GraphWeights } from "./weights.js";
 
 /** How the prefill function runs the delta rule over its chunk (see the module comment). */
@@ -85,10 +84,7 @@ export async function gdnChunkLayer(
   const T = x.shape[3];
   const p = `layers.${layer}.linear_attn.`;
 
-  const qkv = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_qkv.weight`), "qkv"); // [1, convDim, 1, T]
-  const z = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_z.weight`), "z"); // [1, Hv·dv, 1, T]
-  const betaLogit = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_b.weight`), "b"); // [1, Hv, 1, T]
-  const a = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_a.weight`), "a"); // [1, Hv, 1, T]
+  const { qkv, z, b: betaLogit, a } = await gdnProjections(w, layer, x); // [1, ·, 1, T]
 
   // causal depthwise conv over [K-1 cached columns | T tokens]: K shifted slices times their tap
   const columns = b.reshape({ x: qkv, shape: [1, convDim, T], name: "cols" });
@@ -140,13 +136,7 @@ export async function gdnChunkLayer(
     y: chunk.valid,
     name: "beta",
   });
-  const aLog = await w.float32(`${p}A_log`);
-  const negA = w.constant(
-    Float32Array.from(aLog, (v) => -Math.exp(v)),
-    [1, Hv, 1, 1],
-    "neg_exp_A",
-  );
-  const dtBias = w.tensorConstant(`${p}dt_bias`, await w.float32(`${p}dt_bias`), [1, Hv, 1, 1]);
+  const { negA, dtBias } = await gdnDecayConstants(w, layer);
   const aRows = b.reshape({ x: a, shape: [1, Hv, T, 1], name: "a_rows" });
   const sp = softplusStable(b, b.add({ x: aRows, y: dtBias, name: "a_dt" }), "softplus");
   const g = b.mul({ x: b.mul({ x: negA, y: sp, name: "g_raw" }), y: chunk.valid, name: "g" }); // ≤ 0

@@ -6,15 +6,15 @@
  * rows returned for the KV cache (io) or the state write (mlstate).
  */
 import type { MilBuilder, MilVar } from "@anemll-qwen35/ir/mil";
-import { conv1x1, rmsNormAne, scalar } from "./ane.js";
+import { conv1x1, scalar } from "./ane.js";
 import {
   type AttentionForm,
   type AttentionStep,
-  applyRope,
+  gatedOutput,
   type KvCache,
+  normAndRope,
   type RopeRow,
 } from "./attention.js";
-import { zeroCentredGain } from "./norms.js";
 import type { GraphWeights } from "./weights.js";
 
 /**
@@ -83,7 +83,6 @@ export async function attentionChunkLayer(
   const hd = cfg.headDim;
   const G = H / Hkv;
   const T = x.shape[3];
-  const eps = cfg.rmsNormEps;
   const p = `layers.${layer}.self_attn.`;
   /** [1, n·d, 1, T] → [1, n, T, d] */
   const rows = (t: MilVar, n: number, d: number, name: string) =>
@@ -102,22 +101,7 @@ export async function attentionChunkLayer(
   const kRaw = rows(conv1x1(b, x, await w.conv1x1Weight(`${p}k_proj.weight`), "k_proj"), Hkv, hd, "k_raw");
   const vNew = rows(conv1x1(b, x, await w.conv1x1Weight(`${p}v_proj.weight`), "v_proj"), Hkv, hd, "v_new");
 
-  const qGain = await zeroCentredGain(w, `${p}q_norm.weight`, [hd]);
-  const kGain = await zeroCentredGain(w, `${p}k_norm.weight`, [hd]);
-  const q = applyRope(
-    b,
-    rmsNormAne(b, qRaw, { axis: 3, eps, gamma: qGain, name: "q_norm" }),
-    rope,
-    cfg.rotaryDim,
-    "q_rope",
-  );
-  const kNew = applyRope(
-    b,
-    rmsNormAne(b, kRaw, { axis: 3, eps, gamma: kGain, name: "k_norm" }),
-    rope,
-    cfg.rotaryDim,
-    "k_new",
-  );
+  const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, rope);
 
   const qGroups = b.reshape({ x: q, shape: [1, Hkv, G * T, hd], name: "q_groups" });
   const o = attendChunk(b, form, qGroups, cache, kNew, vNew, mask); // [1, Hkv, G·T, hd]
@@ -128,7 +112,6 @@ export async function attentionChunkLayer(
     name: "o",
   });
   const gateFlat = b.reshape({ x: gate, shape: [1, H * hd, 1, T], name: "gate_flat" });
-  const gated = b.mul({ x: oFlat, y: b.sigmoid({ x: gateFlat, name: "gate_sig" }), name: "gated" });
-  const out = conv1x1(b, gated, await w.conv1x1Weight(`${p}o_proj.weight`), "out"); // [1, D, 1, T]
+  const out = await gatedOutput(w, layer, oFlat, gateFlat); // [1, D, 1, T]
   return { out, kNew, vNew };
 }
