@@ -162,7 +162,9 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
       report(name, "T=8 scan fp32 max |Δlogit|", d.toExponential(2));
       expect(d).toBeLessThanOrEqual(1e-3);
       const P = g.promptIds.length;
-      expect(r.logits.slice(P - 1).map((l) => argmax(l))).toEqual(g.generatedIds.slice(0, seq.length - P + 1));
+      expect(r.logits.slice(P - 1).map((l) => argmax(l))).toEqual(
+        g.generatedIds.slice(0, seq.length - P + 1),
+      );
     });
 
     it("fp16 (subnormals flushed), T = 8: cosine ≥ 0.999 at every position, identical greedy tokens, no inf/NaN", async () => {
