@@ -66,8 +66,16 @@ describe("convert → run → verify → inspect", () => {
     expect(doc.maxAbsLogitDiff).toBeLessThan(1e-3);
     expect(doc.decodeTokensPerSecond).toBeGreaterThan(0);
     expect(doc.peakRssBytes).toBeGreaterThanOrEqual(doc.rssBytes);
+    // the converter's default chain has a prefill function, and verify runs the prompt through it
+    expect(doc.prefill).toEqual({ function: true, tokens: 64 });
     const text = await cli("verify", exact);
     expect(text.stdout).toMatch(/decode [\d.]+ tok\/s · RSS \d+ MB \(peak \d+ MB\)/);
+    expect(text.stdout).toMatch(
+      /prompt prefilled by the prefill function, 64 tokens a call \(a 16-token prompt: 1 call\(s\) per package\)/,
+    );
+    const tokenByToken = JSON.parse((await cli("--json", "verify", exact, "--token-by-token")).stdout);
+    expect(tokenByToken.prefill).toEqual({ function: false, tokens: 1 });
+    expect(tokenByToken.tokensIdentical).toBe(true);
   });
 
   it("verify prints its threshold and exits 1 below it, or on another model's goldens", async () => {

@@ -78,12 +78,13 @@ describe("convert progress and interruption", () => {
     const log = join(work, "convert.log");
     const args = [ckpt, "-o", out, "--ctx", "128", "--lmhead-rows", "1024", "--log", log];
     const first = run(["convert", ...args]);
-    // interrupt once the package of super-blocks has finished a few weights
+    // interrupt once the package of super-blocks has finished a few k-means (LUT) weights, the
+    // ones an interrupted conversion keeps ("sb_00-01: <name> lut4,g8 [...] ...")
     const sbLines = () =>
       existsSync(log)
         ? readFileSync(log, "utf8")
             .split("\n")
-            .filter((l) => l.startsWith("sb_"))
+            .filter((l) => /^sb_\S+: \S+ lut/.test(l))
         : [];
     while (sbLines().length < 3) {
       if (first.child.exitCode !== null)

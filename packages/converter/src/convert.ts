@@ -35,6 +35,7 @@ import { digestMlPackage, MlPackageWriter } from "@anemll-qwen35/ir/mil";
 import { ATTENTION_FORMS, type AttentionForm } from "./graph/attention.js";
 import { assertConvertible, buildComponent } from "./graph/component.js";
 import { GraphOptionError } from "./graph/errors.js";
+import { GDN_PREFILL_FORMS, type GdnPrefillForm } from "./graph/gdn-chunked.js";
 import type { GraphDType, KvPlacement } from "./graph/io.js";
 import { ctxProblem, DEFAULT_LM_HEAD_MAX_ROWS } from "./graph/options.js";
 import {
@@ -68,6 +69,8 @@ export const CONVERTER_VERSION = "0.1.0";
 export const MIN_CTX = 128;
 export const MAX_CTX = 4096;
 export const DEFAULT_CTX = 256;
+/** Tokens per prefill call (ANEMLL's batch; costplan: notes/prefill-gdn-forms.md). */
+export const DEFAULT_PREFILL_BATCH = 64;
 
 export interface ConvertOptions {
   /** Local checkpoint folder or `hf:owner/name[@revision]`. */
@@ -86,6 +89,13 @@ export interface ConvertOptions {
   dtype?: GraphDType;
   /** The attention core: "matmul" (default) or "sdpa" (see graph/attention.ts). */
   attention?: AttentionForm;
+  /**
+   * Tokens per call of each super-block package's `prefill` function, beside its one-token
+   * `decode` function over the same weights (default 64; 0 = decode only).
+   */
+  prefillBatch?: number;
+  /** The prefill function's Gated DeltaNet form: "chunked" (default, WY) or "scan" (graph/gdn-chunked.ts). */
+  gdnPrefill?: GdnPrefillForm;
   /**
    * How each weight is stored: a preset and rules (graph/quant.ts), as text
    * ("default,gdn.in_proj_qkv=lut8") or parsed. Default: the preset "default" (DEFAULT_QUANT_RULES).
@@ -211,6 +221,8 @@ interface ResolvedConvert {
   state: KvPlacement;
   dtype: GraphDType;
   attention: AttentionForm;
+  prefillBatch: number;
+  gdnPrefill: GdnPrefillForm;
   /** The policy as written down (preset, shorthands, rules) and the rules it resolves to. */
   quantSpec: QuantSpec;
   quant: QuantPolicy;
@@ -252,6 +264,20 @@ function resolveOptions(o: ConvertOptions): ResolvedConvert {
   if (!ATTENTION_FORMS.includes(attention)) {
     throw new ConvertOptionError("attention", `must be ${ATTENTION_FORMS.join(" or ")}, got ${attention}`);
   }
+  const prefillBatch = o.prefillBatch ?? DEFAULT_PREFILL_BATCH;
+  if (!Number.isInteger(prefillBatch) || prefillBatch < 0 || prefillBatch > MIN_CTX) {
+    throw new ConvertOptionError(
+      "prefill-batch",
+      `must be an integer from 0 (decode only) to ${MIN_CTX}, got ${prefillBatch}`,
+    );
+  }
+  const gdnPrefill = o.gdnPrefill ?? "chunked";
+  if (!GDN_PREFILL_FORMS.includes(gdnPrefill)) {
+    throw new ConvertOptionError(
+      "gdn-prefill",
+      `must be ${GDN_PREFILL_FORMS.join(" or ")}, got ${gdnPrefill}`,
+    );
+  }
   const quantSpec = resolveQuantSpec(o);
   return {
     ctx,
@@ -260,6 +286,8 @@ function resolveOptions(o: ConvertOptions): ResolvedConvert {
     state: o.state ?? "io",
     dtype: o.dtype ?? "fp16",
     attention,
+    prefillBatch,
+    gdnPrefill,
     quantSpec,
     quant: { rules: specRules(quantSpec), groupSize },
     argmax: o.argmax ?? false,
@@ -468,6 +496,8 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
           dtype: r.dtype,
           state: r.state,
           attention: r.attention,
+          prefillBatch: c.kind === "superblocks" ? r.prefillBatch : 0,
+          gdnPrefill: r.gdnPrefill,
           quant: r.quant,
           argmax: r.argmax,
           lmHeadMaxRows: r.lmHeadMaxRows,
@@ -491,9 +521,10 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
           name: c.name,
           kind: c.kind,
           file: c.file,
-          function: "main",
+          function: built.function,
           sha256: await digestMlPackage(file),
           io: built.io,
+          ...(built.prefill ? { prefill: built.prefill } : {}),
         };
         components.push(entry);
         record[c.name] = { key, sha256: entry.sha256, component: entry };
@@ -547,6 +578,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
       state: r.state,
       dtype: r.dtype,
       attention: r.attention,
+      ...(r.prefillBatch > 0 ? { prefill: { tokens: r.prefillBatch, gdn: r.gdnPrefill } } : {}),
       quantization: quantizationRecord(ck.config, r),
       argmax: r.argmax,
       lmHeadSplit,

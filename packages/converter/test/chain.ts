@@ -5,13 +5,25 @@
  * every package's hidden output, the embedding and the non-finite values seen.
  */
 import { f16BitsToF32, f32ToF16Bits, type Tensor, toFloat32 } from "@anemll-qwen35/core";
-import { type ChainComponent, ChainStepper, type ComponentIO, HostState } from "@anemll-qwen35/ir/chain";
+import {
+  type ChainComponent,
+  type ChainPrefillResult,
+  ChainStepper,
+  type ComponentIO,
+  HostState,
+  hiddenRow,
+  type PrefillFunction,
+} from "@anemll-qwen35/ir/chain";
 import { argmax } from "@anemll-qwen35/ir/checkpoint";
 import { MilInterpreter, type MilState, type MlModel, type NonFiniteReport } from "@anemll-qwen35/ir/mil";
 
 export interface ChainPart {
   readonly model: MlModel;
   readonly io: ComponentIO;
+  /** The default function (default "main"). */
+  readonly function?: string;
+  /** A super-block package's prefill function. */
+  readonly prefill?: PrefillFunction;
 }
 
 export interface ChainParts {
@@ -45,21 +57,29 @@ function component(
   opts: ChainOptions,
   nonFinite: (NonFiniteReport & { component: string })[],
 ): ChainComponent {
-  const interp = new MilInterpreter(part.model.program, {
-    precision: opts.precision,
-    flushSubnormals: opts.flushSubnormals,
-    onNonFinite: "collect",
-  });
-  return {
-    name,
-    io: part.io,
-    newState: (plan) => new HostState(plan, () => (plan.coreStates.length ? interp.newState() : undefined)),
-    predict: async (inputs, state, position) => {
+  const interpreter = (functionName: string) =>
+    new MilInterpreter(part.model.program, {
+      functionName,
+      precision: opts.precision,
+      flushSubnormals: opts.flushSubnormals,
+      onNonFinite: "collect",
+    });
+  const run =
+    (interp: MilInterpreter) =>
+    async (inputs: Record<string, Tensor>, state: unknown, position: number | undefined) => {
       const st = state instanceof HostState ? (state as HostState<MilState | undefined>) : undefined;
       const r = interp.run(st ? st.bind(inputs) : inputs, { state: st?.core });
       for (const n of r.nonFinite) nonFinite.push({ ...n, component: name });
       return st ? st.keep(r.outputs, position).outputs : r.outputs;
-    },
+    };
+  const interp = interpreter(part.function ?? "main");
+  const pf = part.prefill;
+  return {
+    name,
+    io: part.io,
+    newState: (plan) => new HostState(plan, () => (plan.coreStates.length ? interp.newState() : undefined)),
+    predict: run(interp),
+    prefill: pf && { io: pf.io, tokens: pf.tokens, predict: run(interpreter(pf.function)) },
   };
 }
 
@@ -81,6 +101,32 @@ export class ReferenceChain {
   /** Zeroes every state (sequence start). */
   reset(): void {
     this.stepper.reset();
+  }
+
+  /** Tokens per call of the super-blocks' prefill function, if they have one. */
+  get prefillTokens(): number | undefined {
+    return this.stepper.prefillTokens;
+  }
+
+  /**
+   * Runs a chunk (at most prefillTokens tokens) at `position` through the prefill functions,
+   * then the lm_head at every position of the chunk (logits mode).
+   */
+  async prefill(
+    tokens: readonly number[],
+    position: number,
+  ): Promise<{ logits: Float32Array[]; hidden: Float32Array[][]; nonFinite: StepResult["nonFinite"] }> {
+    this.nonFinite.length = 0;
+    const r: ChainPrefillResult = await this.stepper.prefill(tokens, position, false);
+    const logits: Float32Array[] = [];
+    const hidden: Float32Array[][] = [];
+    for (let i = 0; i < tokens.length; i++) {
+      const rows = r.hidden.map((h) => values(hiddenRow(h, i)));
+      hidden.push(rows);
+      const head = await this.stepper.runHead(hiddenRow(r.hidden[r.hidden.length - 1], i));
+      if ("logits" in head) logits.push(head.logits);
+    }
+    return { logits, hidden, nonFinite: [...this.nonFinite] };
   }
 
   /** Runs one token at `position`. */

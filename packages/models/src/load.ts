@@ -59,6 +59,8 @@ export interface LoadModelOptions {
   contextOverflow?: "error" | "slide" | "ring";
   /** Chains, "ring": KV rows that keep the first tokens (attention sinks; default 4). */
   ringSinks?: number;
+  /** Chains: prompts through the packages' prefill function when they have one (default true). */
+  prefillFunction?: boolean;
   /** Wraps the chain backend (timing, tracing); chains only. */
   wrapBackend?: (backend: Backend) => Backend;
   /** mlx: most tokens per sequence (default: the config's max_position_embeddings). */
@@ -181,6 +183,7 @@ async function loadChain(
     backend,
     contextOverflow: o.contextOverflow ?? "error",
     ringSinks: o.ringSinks,
+    prefillFunction: o.prefillFunction,
     onProgress: (e) => o.onProgress?.(e),
     signal: o.signal,
   });

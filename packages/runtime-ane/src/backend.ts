@@ -6,7 +6,13 @@
  */
 
 import type { Tensor } from "@anemll-qwen35/core";
-import type { ChainComponentState, ComponentIO, StatePlan } from "@anemll-qwen35/ir/chain";
+import type {
+  ChainComponentState,
+  ChainPrefill,
+  ComponentIO,
+  PrefillFunction,
+  StatePlan,
+} from "@anemll-qwen35/ir/chain";
 
 /** The buffers a component keeps between steps; opaque to the chain runner. */
 export type ComponentState = ChainComponentState;
@@ -20,6 +26,8 @@ export interface LoadedComponent {
     state?: ComponentState,
     position?: number,
   ): Promise<Record<string, Tensor>>;
+  /** The package's prefill function over the same state, when asked for and the backend runs it. */
+  readonly prefill?: ChainPrefill;
   dispose(): void;
 }
 
@@ -27,6 +35,8 @@ export interface LoadComponentOptions {
   readonly name: string;
   readonly functionName: string;
   readonly io: ComponentIO;
+  /** The package's prefill function (model.json's component.prefill), to load beside `functionName`. */
+  readonly prefill?: PrefillFunction;
   /** sha256 of the package (from model.json): the compile-cache key. */
   readonly sha256: string;
   readonly signal?: AbortSignal;

@@ -43,6 +43,11 @@ export interface LoadChainOptions {
   /** "ring": KV rows that keep the first tokens for good (attention sinks; default 4). */
   ringSinks?: number;
   /**
+   * Prompts through the super-block packages' prefill function, T tokens a call, when model.json
+   * lists one (default true); false loads decode only and runs every token through it.
+   */
+  prefillFunction?: boolean;
+  /**
    * Check every package against model.json's sha256 before loading (default true; digests are
    * cached by the packages' file sizes and times, see ir/chain's verifyChainPackages).
    */
@@ -144,6 +149,7 @@ export class ChainRunner implements StepModel {
       newState: (plan: StatePlan) => loaded[i].newState(plan),
       predict: (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) =>
         loaded[i].predict(inputs, state, position),
+      prefill: loaded[i].prefill,
     }));
     this.overflow = o.contextOverflow ?? "error";
     const sinks = o.ringSinks ?? DEFAULT_RING_SINKS;
@@ -188,6 +194,7 @@ export class ChainRunner implements StepModel {
               name: entry.name,
               functionName: entry.function,
               io: entry.io,
+              prefill: options.prefillFunction === false ? undefined : entry.prefill,
               sha256: entry.sha256,
               signal: options.signal,
             }),
@@ -269,13 +276,40 @@ export class ChainRunner implements StepModel {
     return this.consume([id], opts);
   }
 
-  /** Runs tokens through the chain; the lm_head runs only for the last one (when wanted). */
+  /** Tokens per call of the packages' prefill function (undefined: token by token through decode). */
+  get prefillTokens(): number | undefined {
+    return this.stepper.prefillTokens;
+  }
+
+  /**
+   * Runs tokens through the chain; the lm_head runs only for the last one (when wanted). With a
+   * prefill function of T tokens, they go T at a time while T rows fit the context; a shorter
+   * rest of at least T/8 tokens runs as one masked chunk (never padded with tokens: pad tokens
+   * would change the GDN state; a masked chunk costs about a full one, so a few tokens go
+   * through decode instead), the rest token by token through decode.
+   */
   private async consume(tokens: number[], opts: StepOptions, wantOutput = true): Promise<StepOutput> {
+    if (this.disposed) throw new AnemllError("E_DISPOSED", "the chain was disposed");
+    const T = this.stepper.prefillTokens;
     let out: StepOutput | undefined;
-    for (const [i, token] of tokens.entries()) {
+    let i = 0;
+    const minChunk = Math.max(2, Math.ceil((T ?? 0) / 8));
+    // prefill writes T KV rows from the position on: only while they fit the converted ctx (in ring
+    // mode the rest goes through decode, which wraps)
+    while (T !== undefined && this.pos + T <= this.manifest.ctx) {
+      const chunk = tokens.slice(i, i + T);
+      if (chunk.length < minChunk) break;
       opts.signal?.throwIfAborted();
-      const last = i === tokens.length - 1;
-      out = await this.step(token, wantOutput && last);
+      i += chunk.length;
+      const last = i === tokens.length;
+      const r = await this.stepper.prefill(chunk, this.pos, wantOutput && last);
+      this.pos += chunk.length;
+      if (this.overflow === "slide") this.history.push(...chunk);
+      out = r.head;
+    }
+    for (; i < tokens.length; i++) {
+      opts.signal?.throwIfAborted();
+      out = await this.step(tokens[i], wantOutput && i === tokens.length - 1);
     }
     return out ?? { logits: new Float32Array(0) };
   }

@@ -125,13 +125,16 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
         opts.functionName,
       );
       live.add(model);
-      const dtypes = new Map(opts.io.inputs.map((t) => [t.name, t.dtype]));
-      return {
-        newState: (plan: StatePlan) =>
-          new CoreMLState(
-            model.newState({ carried: plan.carried.map(buffer), rowWritten: plan.rowWritten.map(buffer) }),
-          ),
-        async predict(inputs: Record<string, Tensor>, state?: ComponentState, position?: number) {
+      // the prefill function: a second model of the same compiled package, run on the decode
+      // model's native state (its buffers are bound by name and its KV rows written T at a time)
+      const pf = opts.prefill;
+      const prefillModel = pf
+        ? await addon.load(compiled, options.computeUnits ?? "cpuAndNeuralEngine", pf.function)
+        : undefined;
+      if (prefillModel) live.add(prefillModel);
+      const run = (m: NativeModel, io: LoadComponentOptions["io"]) => {
+        const dtypes = new Map(io.inputs.map((t) => [t.name, t.dtype]));
+        return async (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) => {
           const native: Record<string, NativeTensor> = {};
           for (const [name, t] of Object.entries(inputs))
             native[name] = toNative(t, dtypes.get(name) ?? "fp16");
@@ -140,15 +143,25 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
             if (state.failure) throw state.failure;
             st = state.native;
           }
-          const out = await model.predict(native, st, position);
+          const out = await m.predict(native, st, position);
           const result: Record<string, Tensor> = {};
           for (const [name, t] of Object.entries(out)) result[name] = fromNative(t);
           return result;
-        },
+        };
+      };
+      return {
+        newState: (plan: StatePlan) =>
+          new CoreMLState(
+            model.newState({ carried: plan.carried.map(buffer), rowWritten: plan.rowWritten.map(buffer) }),
+          ),
+        predict: run(model, opts.io),
+        prefill: pf && prefillModel && { io: pf.io, tokens: pf.tokens, predict: run(prefillModel, pf.io) },
         dispose() {
-          if (!live.delete(model)) return;
-          gone.add(model.stats());
-          model.dispose();
+          for (const m of [model, prefillModel]) {
+            if (!m || !live.delete(m)) continue;
+            gone.add(m.stats());
+            m.dispose();
+          }
         },
       };
     },

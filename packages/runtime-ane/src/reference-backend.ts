@@ -46,21 +46,18 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
     transfers: () => counter.snapshot(),
     async load(packagePath: string, opts: LoadComponentOptions): Promise<LoadedComponent> {
       const model = await readMlPackage(packagePath, { check: (m) => checkProgram(m.program) });
-      const interp = new MilInterpreter(model.program, {
-        functionName: opts.functionName,
-        precision: options.precision ?? "fp32",
-        flushSubnormals: options.flushSubnormals,
-        weights: options.weights,
-        keepFp32: options.keepFp32,
-        onNonFinite: "ignore",
-      });
-      return {
-        newState: (plan: StatePlan) =>
-          new InterpreterState(plan, () => (plan.coreStates.length ? interp.newState() : undefined), {
-            copy: (core) => core?.clone(),
-            bytes: (core) => core?.bytes ?? 0,
-          }),
-        async predict(inputs: Record<string, Tensor>, state?: ComponentState, position?: number) {
+      const interpreter = (functionName: string) =>
+        new MilInterpreter(model.program, {
+          functionName,
+          precision: options.precision ?? "fp32",
+          flushSubnormals: options.flushSubnormals,
+          weights: options.weights,
+          keepFp32: options.keepFp32,
+          onNonFinite: "ignore",
+        });
+      const interp = interpreter(opts.functionName);
+      const run = (fn: MilInterpreter) =>
+        async function predict(inputs: Record<string, Tensor>, state?: ComponentState, position?: number) {
           // The interpreter computes synchronously: give the event loop a turn first, so that a
           // server or UI driving the chain keeps serving I/O (and sees aborts) during generation.
           await new Promise<void>((resolve) => setImmediate(resolve));
@@ -68,7 +65,7 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
           counter.bytesIn += tensorBytes(inputs);
           const st = state instanceof InterpreterState ? state : undefined;
           // fp32 outputs skip an fp16 bit-pattern round trip; fp16-typed inputs round them again
-          const r = interp.run(st ? st.bind(inputs) : inputs, { state: st?.core, outputs: "fp32" }).outputs;
+          const r = fn.run(st ? st.bind(inputs) : inputs, { state: st?.core, outputs: "fp32" }).outputs;
           let outputs = r;
           if (st) {
             const kept = st.keep(r, position);
@@ -77,7 +74,17 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
           }
           counter.bytesOut += tensorBytes(outputs);
           return outputs;
-        },
+        };
+      const pf = opts.prefill;
+      return {
+        newState: (plan: StatePlan) =>
+          new InterpreterState(plan, () => (plan.coreStates.length ? interp.newState() : undefined), {
+            copy: (core) => core?.clone(),
+            bytes: (core) => core?.bytes ?? 0,
+          }),
+        predict: run(interp),
+        // the prefill function binds and keeps the same buffers (its kept inputs and outputs share names)
+        prefill: pf && { io: pf.io, tokens: pf.tokens, predict: run(interpreter(pf.function)) },
         dispose() {},
       };
     },

@@ -52,6 +52,38 @@ describe("ChainRunner on the reference backend", () => {
     expect(model.position).toBe(g.promptIds.length + g.decodeLogits.length);
   });
 
+  it("prefills through the packages' prefill function (one call per package and chunk) with the decode-only chain's logits", async () => {
+    const g = await loadGolden(join(FIXTURES, "tiny-tied"));
+    const decodeOnly = await converted("tiny-tied", { ...plain, dtype: "fp32", prefillBatch: 0 });
+    const batched = await converted("tiny-tied", { ...plain, dtype: "fp32", prefillBatch: 8 });
+    const prompt = [...g.promptIds, ...g.generatedIds.slice(0, 5)]; // 21 tokens: 2 chunks of 8, then a masked 5
+    const runs: { logits: Float32Array; predictions: number; prefillTokens: number | undefined }[] = [];
+    for (const dir of [decodeOnly, batched]) {
+      const backend = referenceBackend({ precision: "fp32" });
+      const model = await ChainRunner.load(dir, { backend });
+      const out = await model.prefill(prompt);
+      if (!("logits" in out)) throw new Error("expected logits");
+      runs.push({
+        logits: out.logits,
+        predictions: backend.transfers().predictions,
+        prefillTokens: model.prefillTokens,
+      });
+      expect(model.position).toBe(prompt.length);
+      const next = await model.decode(argmax(out.logits)); // decode continues from the prefilled state
+      if (!("logits" in next)) throw new Error("expected logits");
+      expect(argmax(next.logits)).toBe(g.generatedIds[6]);
+      model.dispose();
+    }
+    const [one, chunked] = runs;
+    const packages = 2; // fuse 1: two super-block packages
+    expect(one.prefillTokens).toBeUndefined();
+    expect(one.predictions).toBe(prompt.length * packages + 1);
+    expect(chunked.prefillTokens).toBe(8);
+    expect(chunked.predictions).toBe(3 * packages + 1); // ⌈21 / 8⌉ calls per package, one lm_head
+    expect(maxAbsDiff(chunked.logits, one.logits)).toBeLessThan(1e-4);
+    expect(maxAbsDiff(chunked.logits, g.decodeLogits[4])).toBeLessThan(1e-3);
+  });
+
   it("keeps greedy tokens and cosine ≥ 0.999 with the fp16 program in fp16 mode", async () => {
     const g = await loadGolden(join(FIXTURES, "tiny-tied"));
     const model = await open(fp16Dir, { precision: "fp16" });

@@ -3,6 +3,7 @@ import {
   convert,
   DEFAULT_CTX,
   DEFAULT_LUT_GROUP_SIZE,
+  DEFAULT_PREFILL_BATCH,
   formatWeightQuant,
   MAX_CTX,
   MIN_CTX,
@@ -49,6 +50,18 @@ export function registerConvert(program: Command, ctx: Context): void {
       "attention core: matmul (Q·Kᵀ, softmax, P·V, as ANE ports ship) or sdpa (the iOS18 op)",
       choice("--attention", ["matmul", "sdpa"] as const),
       "matmul",
+    )
+    .option(
+      "--prefill-batch <n>",
+      "tokens per call of each super-block package's prefill function, beside decode over the same weights (0 = decode only)",
+      int("--prefill-batch", 0, MIN_CTX),
+      DEFAULT_PREFILL_BATCH,
+    )
+    .option(
+      "--gdn-prefill <form>",
+      "the prefill function's Gated DeltaNet: chunked (WY form, matmuls) or scan (the one-token rule unrolled)",
+      choice("--gdn-prefill", ["chunked", "scan"] as const),
+      "chunked",
     )
     .option(
       "--quant <policy>",
@@ -98,6 +111,8 @@ export function registerConvert(program: Command, ctx: Context): void {
           state: o.state,
           dtype: o.dtype,
           attention: o.attention,
+          prefillBatch: o.prefillBatch,
+          gdnPrefill: o.gdnPrefill,
           quant: o.quant,
           body: o.lut,
           lmHead: o.lmheadLut,
@@ -136,7 +151,7 @@ export function registerConvert(program: Command, ctx: Context): void {
         if (r.reusedWeights.length > 0)
           out.line(`  ${r.reusedWeights.length} weight(s) reused from the interrupted conversion`);
         out.line(
-          `  ctx ${r.manifest.ctx} · state ${r.manifest.state} · ${r.manifest.dtype} · attention ${r.manifest.attention} · quant ${r.manifest.quantization.policy} · worst relative weight error ${worst.toExponential(2)}`,
+          `  ctx ${r.manifest.ctx} · state ${r.manifest.state} · ${r.manifest.dtype} · attention ${r.manifest.attention} · prefill ${r.manifest.prefill ? `${r.manifest.prefill.tokens} tokens (${r.manifest.prefill.gdn})` : "off"} · quant ${r.manifest.quantization.policy} · worst relative weight error ${worst.toExponential(2)}`,
         );
       } finally {
         bar.stop();

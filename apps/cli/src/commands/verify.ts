@@ -43,6 +43,10 @@ export function registerVerify(program: Command, ctx: Context): void {
       "fp32",
     )
     .option(
+      "--token-by-token",
+      "prefill the prompt through the decode function (default: the prefill function when the chain has one)",
+    )
+    .option(
       "--min-agreement <fraction>",
       "fail below this greedy top-1 agreement (0…1)",
       num("--min-agreement", 0),
@@ -71,8 +75,18 @@ export function registerVerify(program: Command, ctx: Context): void {
           `the goldens in ${goldenDir} have ${g.promptLogits[0]?.length} logits per token, the model ${manifest.model.vocabSize}: they belong to another model`,
         );
       }
-      const loaded = await loadModel(dir, { backend: "reference", precision: o.precision, tokenizer: false });
+      const prefillFunction = !o.tokenByToken;
+      const loaded = await loadModel(dir, {
+        backend: "reference",
+        precision: o.precision,
+        tokenizer: false,
+        prefillFunction,
+      });
       const model = loaded.model;
+      const batch = prefillFunction ? manifest.prefill?.tokens : undefined;
+      const prefill = batch
+        ? `the prefill function, ${batch} tokens a call (a ${g.promptIds.length}-token prompt: ${Math.ceil(g.promptIds.length / batch)} call(s) per package)`
+        : `token by token through decode${manifest.prefill ? " (--token-by-token)" : " (the chain has no prefill function)"}`;
       try {
         // teacher-forced: feed the golden tokens, compare every step's output with the golden logits
         const refs = [g.promptLogits.at(-1)!, ...g.decodeLogits];
@@ -107,6 +121,7 @@ export function registerVerify(program: Command, ctx: Context): void {
           model: dir,
           golden: join(goldenDir, "golden.safetensors"),
           precision: o.precision,
+          prefill: { function: batch !== undefined, tokens: batch ?? 1 },
           ...a,
           decodeTokensPerSecond,
           ...memory,
@@ -114,6 +129,7 @@ export function registerVerify(program: Command, ctx: Context): void {
           passed,
         });
         out.line(`verify ${dir} against ${goldenDir} (reference backend, ${o.precision})`);
+        out.line(`  prompt prefilled by ${prefill}`);
         out.line(
           `  greedy top-1 agreement ${agree}/${feeds.length}${a.tokensIdentical ? " (identical)" : ""}`,
         );

@@ -131,6 +131,38 @@ function attend(
   return b.add({ x: oCache, y: oNew, name: "attn" });
 }
 
+/**
+ * Per-head zero-centred RMSNorm over hd (q_norm, k_norm), then partial RoPE: q [1, H, T, hd] and
+ * k [1, Hkv, T, hd] with rope rows [1, 1, T, rot/2] (T = 1 for decode).
+ */
+export async function normAndRope(
+  w: GraphWeights,
+  layer: number,
+  qRaw: MilVar,
+  kRaw: MilVar,
+  rope: RopeRow,
+): Promise<{ q: MilVar; kNew: MilVar }> {
+  const b = w.b;
+  const cfg = w.source.config;
+  const hd = cfg.headDim;
+  const eps = cfg.rmsNormEps;
+  const p = `layers.${layer}.self_attn.`;
+  const qGain = await zeroCentredGain(w, `${p}q_norm.weight`, [hd]);
+  const kGain = await zeroCentredGain(w, `${p}k_norm.weight`, [hd]);
+  const norm = (x: MilVar, gamma: MilVar, name: string) => rmsNormAne(b, x, { axis: 3, eps, gamma, name });
+  return {
+    q: applyRope(b, norm(qRaw, qGain, "q_norm"), rope, cfg.rotaryDim, "q_rope"),
+    kNew: applyRope(b, norm(kRaw, kGain, "k_norm"), rope, cfg.rotaryDim, "k_new"),
+  };
+}
+
+/** The attention output [1, H·hd, 1, T] × sigmoid(gate [1, H·hd, 1, T]) → o_proj → [1, D, 1, T]. */
+export async function gatedOutput(w: GraphWeights, layer: number, o: MilVar, gate: MilVar): Promise<MilVar> {
+  const b = w.b;
+  const gated = b.mul({ x: o, y: b.sigmoid({ x: gate, name: "gate_sig" }), name: "gated" });
+  return conv1x1(b, gated, await w.conv1x1Weight(`layers.${layer}.self_attn.o_proj.weight`), "out");
+}
+
 /** x [1, D, 1, 1] (already input-normed), mask [1, 1, 1, ctx + 1] → the mixer output and this token's k/v. */
 export async function attentionLayer(
   w: GraphWeights,
@@ -147,7 +179,6 @@ export async function attentionLayer(
   const Hkv = cfg.numKeyValueHeads;
   const hd = cfg.headDim;
   const G = H / Hkv; // query heads per KV head
-  const eps = cfg.rmsNormEps;
   const p = `layers.${layer}.self_attn.`;
 
   // q_proj: per head [q_h | gate_h]
@@ -171,30 +202,13 @@ export async function attentionLayer(
     name: "v_new",
   });
 
-  // per-head zero-centred RMSNorm over hd, then partial RoPE
-  const qGain = await zeroCentredGain(w, `${p}q_norm.weight`, [hd]);
-  const kGain = await zeroCentredGain(w, `${p}k_norm.weight`, [hd]);
-  const q = applyRope(
-    b,
-    rmsNormAne(b, qRaw, { axis: 3, eps, gamma: qGain, name: "q_norm" }),
-    rope,
-    cfg.rotaryDim,
-    "q_rope",
-  );
-  const kNew = applyRope(
-    b,
-    rmsNormAne(b, kRaw, { axis: 3, eps, gamma: kGain, name: "k_norm" }),
-    rope,
-    cfg.rotaryDim,
-    "k_new",
-  );
+  const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, rope);
 
   // GQA without expanding K/V: query heads j·G .. j·G+G-1 are the G query rows of KV head j
   const qGroups = b.reshape({ x: q, shape: [1, Hkv, G, hd], name: "q_groups" });
   const o = attend(b, form, qGroups, cache, kNew, vNew, mask); // [1, Hkv, G, hd]
   const oFlat = b.reshape({ x: o, shape: [1, H * hd, 1, 1], name: "o" });
   const gateFlat = b.reshape({ x: gate, shape: [1, H * hd, 1, 1], name: "gate_flat" });
-  const gated = b.mul({ x: oFlat, y: b.sigmoid({ x: gateFlat, name: "gate_sig" }), name: "gated" });
-  const out = conv1x1(b, gated, await w.conv1x1Weight(`${p}o_proj.weight`), "out"); // [1, D, 1, 1]
+  const out = await gatedOutput(w, layer, oFlat, gateFlat); // [1, D, 1, 1]
   return { out, kNew, vNew };
 }

@@ -14,7 +14,8 @@
  * instead of a fresh one; its own blob sink, if any, then applies. Every conv/matmul of the result
  * is checked against the ANE's size limits (limits.ts; AneLimitError names the tensor).
  */
-import { MilBuilder, type MlModel } from "@anemll-qwen35/ir/mil";
+import type { PrefillFunction } from "@anemll-qwen35/ir/chain";
+import { MilBuilder, MilProgramBuilder, type MilVar, type MlModel } from "@anemll-qwen35/ir/mil";
 import { buildEmbed } from "./embed.js";
 import { UnsupportedModelError } from "./errors.js";
 import type { ComponentIO } from "./io.js";
@@ -27,8 +28,16 @@ import { GraphWeights, type WeightSource } from "./weights.js";
 
 export interface BuiltComponent {
   readonly model: MlModel;
+  /** The default function: "main", or "decode" beside a prefill function. */
+  readonly function: string;
   readonly io: ComponentIO;
+  /** Super-blocks built with prefillBatch > 0: the prefill function (same weights). */
+  readonly prefill?: PrefillFunction;
 }
+
+/** Function names of a super-block package with a prefill function. */
+export const DECODE_FUNCTION = "decode";
+export const PREFILL_FUNCTION = "prefill";
 
 /** Throws UnsupportedModelError for checkpoints the ANE graphs do not cover (MoE). */
 export function assertConvertible(source: Pick<WeightSource, "config">): void {
@@ -52,21 +61,37 @@ export async function buildComponent(
 ): Promise<BuiltComponent> {
   assertConvertible(source);
   const o = resolveOptions(source.config, spec, options);
-  const b = builder ?? new MilBuilder({ blobSink: options.blobSink });
-  const w = new GraphWeights(b, source, {
-    dtype: o.dtype,
-    quant: o.quant,
-    onWeight: options.onWeight,
-    signal: options.signal,
-    workers: options.workers,
-    pool: options.pool,
-    store: options.store,
-  });
+  // a prefill function beside decode: one program, its weights made once and adopted by both
+  const multi = spec.kind === "superblocks" && o.prefillBatch > 0 && !builder;
+  const program = multi ? new MilProgramBuilder({ blobSink: options.blobSink }) : undefined;
+  const b = program?.function(DECODE_FUNCTION) ?? builder ?? new MilBuilder({ blobSink: options.blobSink });
+  const shared = program ? new Map<string, MilVar>() : undefined;
+  const weightsFor = (fb: MilBuilder) =>
+    new GraphWeights(fb, source, {
+      dtype: o.dtype,
+      quant: o.quant,
+      onWeight: options.onWeight,
+      signal: options.signal,
+      workers: options.workers,
+      pool: options.pool,
+      store: options.store,
+      shared,
+    });
+  const w = weightsFor(b);
   let io: ComponentIO;
   if (spec.kind === "embed") io = await buildEmbed(w, o);
   else if (spec.kind === "superblocks") io = await buildSuperblocks(w, spec.first, spec.count, o);
   else io = await buildLmHead(w, o);
   checkAneLimits(b.function(), describe(spec), (name) => w.tensorOf(name));
+  let prefill: PrefillFunction | undefined;
+  if (program && spec.kind === "superblocks") {
+    const pb = program.function(PREFILL_FUNCTION);
+    const pw = weightsFor(pb);
+    const shape = { tokens: o.prefillBatch, gdnForm: o.gdnPrefill, wyChunk: o.wyChunk };
+    const pio = await buildSuperblocks(pw, spec.first, spec.count, o, shape);
+    checkAneLimits(pb.function(), `${describe(spec)} (prefill)`, (name) => pw.tensorOf(name));
+    prefill = { function: PREFILL_FUNCTION, tokens: o.prefillBatch, io: pio };
+  }
   const rules = o.quant.rules.map((r) => `${r.pattern}=${formatWeightQuant(r.quant)}`);
   const userDefined: Record<string, string> = {
     "com.anemll.component": io.component,
@@ -76,11 +101,17 @@ export async function buildComponent(
     "com.anemll.quant": rules.join(",") || "none",
   };
   if (spec.kind === "superblocks") userDefined["com.anemll.attention"] = o.attention;
+  if (prefill) {
+    userDefined["com.anemll.prefill"] = String(prefill.tokens);
+    userDefined["com.anemll.gdn_prefill"] = o.gdnPrefill;
+  }
   if (io.layers.length) userDefined["com.anemll.layers"] = io.layers.join(",");
-  const model = b.model({
-    metadata: { shortDescription: `Qwen3.5 ${describe(spec)} (anemll-qwen35)`, userDefined },
-  });
-  return { model, io };
+  const metadata = { shortDescription: `Qwen3.5 ${describe(spec)} (anemll-qwen35)`, userDefined };
+  if (program) {
+    const model = program.model({ metadata, defaultFunctionName: DECODE_FUNCTION });
+    return { model, function: DECODE_FUNCTION, io, prefill };
+  }
+  return { model: b.model({ metadata }), function: b.functionName, io };
 }
 
 function describe(spec: ComponentSpec): string {

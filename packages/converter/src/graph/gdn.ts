@@ -37,12 +37,46 @@ export interface GdnStep {
 }
 
 /** L2 normalisation over the last axis, x·rsqrt(Σx² + 1e-6) (HF's l2norm), times `scale`. */
-function l2norm(w: GraphWeights, x: MilVar, scale: number, name: string): MilVar {
+export function l2norm(w: GraphWeights, x: MilVar, scale: number, name: string): MilVar {
   const b = w.b;
   const ss = b.reduceSumSquare({ x, axes: [-1], keepDims: true, name: `${name}_ss` });
   const inv = b.rsqrt({ x: ss, epsilon: scalar(1e-6, x), name: `${name}_rsqrt` });
   const unit = b.mul({ x, y: inv, name: scale === 1 ? name : `${name}_unit` });
   return scale === 1 ? unit : b.mul({ x: unit, y: scalar(scale, x), name });
+}
+
+/** The four input projections of x [1, D, 1, T]: qkv [1, convDim, 1, T], z [1, Hv·dv, 1, T], b and a [1, Hv, 1, T]. */
+export async function gdnProjections(
+  w: GraphWeights,
+  layer: number,
+  x: MilVar,
+): Promise<{ qkv: MilVar; z: MilVar; b: MilVar; a: MilVar }> {
+  const b = w.b;
+  const p = `layers.${layer}.linear_attn.`;
+  const proj = async (name: string, as: string) =>
+    conv1x1(b, x, await w.conv1x1Weight(`${p}${name}.weight`), as);
+  return {
+    qkv: await proj("in_proj_qkv", "qkv"),
+    z: await proj("in_proj_z", "z"),
+    b: await proj("in_proj_b", "b"),
+    a: await proj("in_proj_a", "a"),
+  };
+}
+
+/** −exp(A_log) (folded in fp32) and dt_bias, each [1, Hv, 1, 1]: g = −exp(A_log)·softplus(a + dt_bias). */
+export async function gdnDecayConstants(
+  w: GraphWeights,
+  layer: number,
+): Promise<{ negA: MilVar; dtBias: MilVar }> {
+  const p = `layers.${layer}.linear_attn.`;
+  const Hv = w.source.config.linearNumValueHeads;
+  const aLog = await w.float32(`${p}A_log`);
+  const negA = w.constant(
+    Float32Array.from(aLog, (v) => -Math.exp(v)),
+    [1, Hv, 1, 1],
+    "neg_exp_A",
+  );
+  return { negA, dtBias: w.tensorConstant(`${p}dt_bias`, await w.float32(`${p}dt_bias`), [1, Hv, 1, 1]) };
 }
 
 /** x [1, D, 1, 1] (already input-normed) → the mixer output and the next states. */
@@ -61,14 +95,8 @@ export async function gdnLayer(
   const dv = cfg.linearValueHeadDim;
   const p = `layers.${layer}.linear_attn.`;
 
-  // projections
-  const qkv = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_qkv.weight`), "qkv"); // [1, convDim, 1, 1]
-  const z = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_z.weight`), "z"); // [1, Hv·dv, 1, 1]
-  const beta = b.sigmoid({
-    x: conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_b.weight`), "b"),
-    name: "beta",
-  }); // [1, Hv, 1, 1]
-  const a = conv1x1(b, x, await w.conv1x1Weight(`${p}in_proj_a.weight`), "a"); // [1, Hv, 1, 1]
+  const { qkv, z, b: betaLogit, a } = await gdnProjections(w, layer, x);
+  const beta = b.sigmoid({ x: betaLogit, name: "beta" }); // [1, Hv, 1, 1]
 
   // causal depthwise conv over the window [K-1 cached columns | this token], then SiLU
   const column = b.reshape({ x: qkv, shape: [1, convDim, 1], name: "col" });
@@ -98,14 +126,8 @@ export async function gdnLayer(
   const vHeads = b.reshape({ x: vRaw, shape: [1, Hv, 1, dv], name: "v_heads" });
   const v = b.mul({ x: vHeads, y: scalar(GDN_V_SCALE, vHeads), name: "v" }); // [1, Hv, 1, dv]
 
-  // decay: g = −exp(A_log)·softplus(a + dt_bias) ≤ 0, with −exp(A_log) folded in fp32
-  const aLog = await w.float32(`${p}A_log`);
-  const negA = w.constant(
-    Float32Array.from(aLog, (v) => -Math.exp(v)),
-    [1, Hv, 1, 1],
-    "neg_exp_A",
-  );
-  const dtBias = w.tensorConstant(`${p}dt_bias`, await w.float32(`${p}dt_bias`), [1, Hv, 1, 1]);
+  // decay: g = −exp(A_log)·softplus(a + dt_bias) ≤ 0
+  const { negA, dtBias } = await gdnDecayConstants(w, layer);
   const sp = softplusStable(b, b.add({ x: a, y: dtBias, name: "a_dt" }), "softplus");
   const decay = b.exp({ x: b.mul({ x: negA, y: sp, name: "g" }), name: "decay" }); // [1, Hv, 1, 1]
 

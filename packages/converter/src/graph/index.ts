@@ -11,10 +11,23 @@ export {
   ropeSpec,
   ropeTables,
 } from "./attention.js";
-export { assertConvertible, type BuiltComponent, buildComponent } from "./component.js";
+export {
+  assertConvertible,
+  type BuiltComponent,
+  buildComponent,
+  DECODE_FUNCTION,
+  PREFILL_FUNCTION,
+} from "./component.js";
 export { buildEmbed } from "./embed.js";
 export { AneLimitError, GraphOptionError, UnsupportedModelError } from "./errors.js";
 export { type GdnStateIn, type GdnStep, gdnLayer } from "./gdn.js";
+export {
+  DEFAULT_WY_CHUNK,
+  GDN_PREFILL_FORMS,
+  type GdnChunkInputs,
+  type GdnPrefillForm,
+  gdnChunkLayer,
+} from "./gdn-chunked.js";
 export * from "./io.js";
 export { checkAneLimits } from "./limits.js";
 export { buildLmHead } from "./lm-head.js";
@@ -27,10 +40,12 @@ export {
   type ResolvedOptions,
   resolveOptions,
 } from "./options.js";
+export { attentionChunkLayer } from "./prefill-attention.js";
 export * from "./quant.js";
 export {
   buildSuperblocks,
   decoderLayer,
+  type PrefillShape,
   ropeInputs,
   type StepInputs,
   type StepOutputs,

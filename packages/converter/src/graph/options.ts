@@ -6,6 +6,7 @@ import type { KmeansPool } from "../kmeans-pool.js";
 import { ANE_MAX_DIM } from "./ane.js";
 import { ATTENTION_FORMS, type AttentionForm } from "./attention.js";
 import { GraphOptionError } from "./errors.js";
+import { DEFAULT_WY_CHUNK, GDN_PREFILL_FORMS, type GdnPrefillForm } from "./gdn-chunked.js";
 import type { GraphDType, KvPlacement } from "./io.js";
 import { PLAIN_POLICY, type QuantPolicy } from "./quant.js";
 import type { EncodedWeightStore, WeightEncodingReport } from "./weights.js";
@@ -39,6 +40,15 @@ export interface BuildOptions {
   readonly lmHeadMaxRows?: number;
   /** Most intermediate channels per MLP projection; wider MLPs are split (default 16384, the ANE's limit). */
   readonly mlpMaxChannels?: number;
+  /**
+   * Super-blocks: tokens per call of a `prefill` function beside the one-token `decode` function,
+   * over the same weights (a multifunction package); 0 (default) = decode only ("main").
+   */
+  readonly prefillBatch?: number;
+  /** The prefill function's delta rule: "chunked" (default, the WY form) or "scan" (gdn-chunked.ts). */
+  readonly gdnPrefill?: GdnPrefillForm;
+  /** Tokens per WY sub-chunk of the chunked form (default 16; a divisor of the batch is used). */
+  readonly wyChunk?: number;
   /** Receives large constants as they are made (an MlPackageWriter's `blobs`). */
   readonly blobSink?: BlobSink;
   /** Called once per encoded weight with its reconstruction error. */
@@ -64,6 +74,9 @@ export interface ResolvedOptions {
   readonly argmax: boolean;
   readonly lmHeadMaxRows: number;
   readonly mlpMaxChannels: number;
+  readonly prefillBatch: number;
+  readonly gdnPrefill: GdnPrefillForm;
+  readonly wyChunk: number;
 }
 
 function positiveInt(field: string, v: unknown): number {
@@ -103,6 +116,14 @@ export function resolveOptions(
   const lmHeadMaxRows = positiveInt("lmHeadMaxRows", options.lmHeadMaxRows ?? DEFAULT_LM_HEAD_MAX_ROWS);
   const mlpMaxChannels = positiveInt("mlpMaxChannels", options.mlpMaxChannels ?? ANE_MAX_DIM);
   if (options.quant?.groupSize !== undefined) positiveInt("quant.groupSize", options.quant.groupSize);
+  const prefillBatch = options.prefillBatch ?? 0;
+  if (prefillBatch !== 0) positiveInt("prefillBatch", prefillBatch);
+  if (prefillBatch > ctx)
+    throw new GraphOptionError("prefillBatch", `${prefillBatch} tokens a call exceed the context of ${ctx}`);
+  const gdnPrefill = options.gdnPrefill ?? "chunked";
+  if (!GDN_PREFILL_FORMS.includes(gdnPrefill))
+    throw new GraphOptionError("gdnPrefill", `expected "chunked" or "scan", got ${String(gdnPrefill)}`);
+  const wyChunk = positiveInt("wyChunk", options.wyChunk ?? DEFAULT_WY_CHUNK);
   if (spec.kind === "superblocks") {
     const n = config.superBlocks.length;
     positiveInt("spec.count", spec.count);
@@ -127,5 +148,8 @@ export function resolveOptions(
     argmax: options.argmax ?? false,
     lmHeadMaxRows,
     mlpMaxChannels,
+    prefillBatch,
+    gdnPrefill,
+    wyChunk,
   };
 }

@@ -17,10 +17,12 @@ import {
   ropeSpec,
 } from "./attention.js";
 import { type GdnStateIn, type GdnStep, gdnLayer } from "./gdn.js";
+import { type GdnChunkInputs, type GdnPrefillForm, gdnChunkLayer } from "./gdn-chunked.js";
 import type { ComponentIO, GraphDType, IoTensor } from "./io.js";
 import { mlp } from "./mlp.js";
 import { rmsNorm1p } from "./norms.js";
 import type { ResolvedOptions } from "./options.js";
+import { attentionChunkLayer } from "./prefill-attention.js";
 import type { GraphWeights } from "./weights.js";
 
 /** What every layer of one step reads besides the hidden state. */
@@ -32,6 +34,15 @@ export interface StepInputs {
   readonly attention: AttentionForm;
   /** Most intermediate channels per MLP projection (wider MLPs are split: mlp.ts). */
   readonly mlpMaxChannels: number;
+  /** The prefill function: the chunk's GDN inputs (the mixers then run over T tokens). */
+  readonly chunk?: GdnChunkInputs;
+}
+
+/** The prefill function's shape: T tokens a call, and how its GDN layers run the delta rule. */
+export interface PrefillShape {
+  readonly tokens: number;
+  readonly gdnForm: GdnPrefillForm;
+  readonly wyChunk: number;
 }
 
 /** What the layers of one step produce besides the hidden state, by layer. */
@@ -40,7 +51,7 @@ export interface StepOutputs {
   readonly attention: Map<number, AttentionStep>;
 }
 
-/** One decoder layer: h [1, D, 1, 1] → [1, D, 1, 1]. */
+/** One decoder layer: h [1, D, 1, T] → [1, D, 1, T] (T = 1 for decode). */
 export async function decoderLayer(
   w: GraphWeights,
   layer: number,
@@ -53,21 +64,18 @@ export async function decoderLayer(
   return b.scope(`l${layer}`, async () => {
     const x = await rmsNorm1p(w, `layers.${layer}.input_layernorm.weight`, h, "input_norm");
     let mixed: MilVar;
+    const chunk = inputs.chunk;
     if (w.source.config.layerTypes[layer] === "linear_attention") {
-      const step = await b.scope("gdn", () => gdnLayer(w, layer, x, inputs.gdn.get(layer) as GdnStateIn));
+      const state = inputs.gdn.get(layer) as GdnStateIn;
+      const step = await b.scope("gdn", () =>
+        chunk ? gdnChunkLayer(w, layer, x, state, chunk) : gdnLayer(w, layer, x, state),
+      );
       outputs.gdn.set(layer, step);
       mixed = step.out;
     } else {
+      const attend = chunk ? attentionChunkLayer : attentionLayer;
       const step = await b.scope("attn", () =>
-        attentionLayer(
-          w,
-          layer,
-          x,
-          inputs.rope,
-          inputs.mask,
-          inputs.kv.get(layer) as KvCache,
-          inputs.attention,
-        ),
+        attend(w, layer, x, inputs.rope, inputs.mask, inputs.kv.get(layer) as KvCache, inputs.attention),
       );
       outputs.attention.set(layer, step);
       mixed = step.out;
@@ -123,6 +131,7 @@ export async function buildSuperblocks(
   first: number,
   count: number,
   o: ResolvedOptions,
+  prefill?: PrefillShape,
 ): Promise<ComponentIO> {
   const b = w.b;
   const cfg = w.source.config;
@@ -135,11 +144,12 @@ export async function buildSuperblocks(
   const layers = blocks.flatMap((sb) => [...sb.layers]);
   const gdnLayers = layers.filter((l) => cfg.layerTypes[l] === "linear_attention");
   const attnLayers = layers.filter((l) => cfg.layerTypes[l] === "full_attention");
-  const keys = ctx + 1;
+  const T = prefill?.tokens ?? 1;
+  const keys = ctx + T;
   const convShape = [1, cfg.convDim, cfg.linearConvKernelDim - 1];
   const recShape = [1, cfg.linearNumValueHeads, cfg.linearKeyHeadDim, cfg.linearValueHeadDim];
   const kvShape = [1, Hkv, ctx, hd];
-  const newShape = [1, Hkv, 1, hd];
+  const newShape = [1, Hkv, T, hd];
 
   const ins: IoTensor[] = [];
   const outs: IoTensor[] = [];
@@ -149,14 +159,21 @@ export async function buildSuperblocks(
     return b.input(t.name, tensorType(t.dtype, t.shape));
   };
 
-  const hidden = input({ name: "hidden", dtype: dt, shape: [1, D, 1, 1], role: { kind: "hidden_in" } });
-  const rope = ropeInputs(input, cfg, dt, 1);
+  const hidden = input({ name: "hidden", dtype: dt, shape: [1, D, 1, T], role: { kind: "hidden_in" } });
+  const rope = ropeInputs(input, cfg, dt, T);
   const mask = input({
     name: "mask",
     dtype: dt,
-    shape: [1, 1, 1, keys],
-    role: { kind: "mask", rule: "io", keys, maskValue: MASK_NEG },
+    shape: [1, 1, T, keys],
+    role: { kind: "mask", rule: prefill ? "prefill" : "io", keys, maskValue: MASK_NEG },
   });
+  const K1 = cfg.linearConvKernelDim - 1;
+  const chunk: GdnChunkInputs | undefined = prefill && {
+    valid: input({ name: "valid", dtype: dt, shape: [1, 1, T, 1], role: { kind: "valid" } }),
+    convPick: input({ name: "conv_pick", dtype: dt, shape: [1, T + K1, K1], role: { kind: "conv_pick" } }),
+    form: prefill.gdnForm,
+    wyChunk: prefill.wyChunk,
+  };
   const gdn = new Map<number, GdnStateIn>();
   for (const L of gdnLayers) {
     const conv = input({
@@ -207,13 +224,13 @@ export async function buildSuperblocks(
     });
     const state = b.state("kv", tensorType("fp16", shape)); // Core ML states are fp16 in every dtype
     const position = input({ name: "position", dtype: "int32", shape: [1], role: { kind: "position" } });
-    // [0, 0, position, 0] .. [2n, Hkv, position + 1, hd]
+    // [0, 0, position, 0] .. [2n, Hkv, position + T, hd]
     const begin = b.concat({
       values: [b.const([0, 0], "int32", [2]), position, b.const([0], "int32", [1])],
       axis: 0,
       name: "kv_write_begin",
     });
-    const next = b.add({ x: position, y: 1, name: "kv_write_pos1" });
+    const next = b.add({ x: position, y: T, name: "kv_write_end_pos" });
     const end = b.concat({
       values: [b.const([2 * n, Hkv], "int32", [2]), next, b.const([hd], "int32", [1])],
       axis: 0,
@@ -238,13 +255,14 @@ export async function buildSuperblocks(
     kv,
     attention: o.attention,
     mlpMaxChannels: o.mlpMaxChannels,
+    chunk,
   };
   const outputs: StepOutputs = { gdn: new Map(), attention: new Map() };
   let h = hidden;
   for (const sb of blocks) h = await superblock(w, sb, h, inputs, outputs);
 
   if (kvWrite && kvRead) {
-    // every layer's new k row, then every v row, in state-row order: [2n, Hkv, 1, hd]
+    // every layer's new k rows, then every v rows, in state-row order: [2n, Hkv, T, hd]
     const steps = attnLayers.map((L) => outputs.attention.get(L) as AttentionStep);
     let update = b.concat({
       values: [...steps.map((s) => s.kNew), ...steps.map((s) => s.vNew)],
@@ -265,7 +283,7 @@ export async function buildSuperblocks(
     outs.push(t);
     b.output(t.name, v);
   };
-  output({ name: "hidden_out", dtype: dt, shape: [1, D, 1, 1], role: { kind: "hidden_out" } }, h);
+  output({ name: "hidden_out", dtype: dt, shape: [1, D, 1, T], role: { kind: "hidden_out" } }, h);
   for (const L of layers) {
     const g = outputs.gdn.get(L);
     if (g) {
@@ -313,8 +331,14 @@ export async function buildSuperblocks(
 
   const notes = [
     `gdn{L}_rec holds ${GDN_V_SCALE}·S (v is scaled by ${GDN_V_SCALE} for fp16 safety); zero-initialise it at sequence start like the reference state`,
-    `mask: 0 for key rows < position and for the last key (this token), ${MASK_NEG} elsewhere`,
+    prefill
+      ? `mask [T, ctx + T]: row i is 0 for cache rows < position and for chunk keys ≤ i, ${MASK_NEG} elsewhere`
+      : `mask: 0 for key rows < position and for the last key (this token), ${MASK_NEG} elsewhere`,
   ];
+  if (prefill)
+    notes.push(
+      `prefill: ${T} tokens at positions [position, position + ${T}) in one call; a shorter chunk of n tokens feeds zero hidden rows after them, valid = 1 for the first n rows and 0 after, conv_pick picks window columns n … n + ${K1 - 1}; all ${T} KV rows are written (rows past n are masked until decode overwrites them), so position + ${T} ≤ ctx`,
+    );
   if (o.state === "mlstate" && dt === "fp32")
     notes.push("the KV state is fp16 (Core ML states are fp16 only); this fp32 graph casts around it");
   return {

@@ -66,6 +66,11 @@ export interface GraphWeightsOptions {
   readonly chunkElements?: number;
   /** Keeps k-means results for a resumed conversion (convert's TensorJournal). */
   readonly store?: EncodedWeightStore;
+  /**
+   * Weight constants by name, shared by the functions of one package: a weight another function
+   * already made is adopted (the same stored data, encoded once), not encoded again.
+   */
+  readonly shared?: Map<string, MilVar>;
 }
 
 /** Keeps k-means results across an interrupted conversion. */
@@ -161,9 +166,18 @@ export class GraphWeights {
 
   /** A checkpoint tensor (or values folded from it) as a constant, named for the tensor in any scope. */
   tensorConstant(canonical: string, values: Float32Array, shape: readonly number[], suffix = ""): MilVar {
-    const v = this.b.unscoped(() => this.constant(values, shape, `${milName(canonical)}${suffix}`));
+    const name = `${milName(canonical)}${suffix}`;
+    const v = this.adoptShared(name, shape) ?? this.b.unscoped(() => this.constant(values, shape, name));
+    this.opts.shared?.set(name, v);
     this.constants.set(v.name, canonical);
     return v;
+  }
+
+  /** The constant `name` another function of the package made, in this function (if any, of this shape). */
+  private adoptShared(name: string, shape: readonly number[]): MilVar | undefined {
+    const prior = this.opts.shared?.get(name);
+    if (!prior || prior.shape.join() !== shape.join()) return undefined;
+    return this.b.adopt(prior); // the very var when it is this function's own
   }
 
   /** The checkpoint tensor a weight constant (by op name) was made from. */
@@ -256,6 +270,11 @@ export class GraphWeights {
     name: string,
   ): Promise<MilVar> {
     const target = this.target(canonical);
+    const adopted = this.adoptShared(name, [end - start, ...tail]);
+    if (adopted) {
+      this.constants.set(adopted.name, canonical);
+      return adopted;
+    }
     const q = quantFor(this.opts.quant, target);
     const store = q.kind === "lut" ? this.opts.store : undefined;
     const key = store ? this.weightKey(t, start, end, tail, q, name) : "";
@@ -282,6 +301,7 @@ export class GraphWeights {
       v = this.b.const(e.data, dtype, e.shape, { name });
     }
     const { encoding, bits, shape, error } = e;
+    this.opts.shared?.set(name, v);
     this.constants.set(v.name, canonical);
     this.opts.onWeight?.({
       name,

@@ -14,6 +14,12 @@
  *                             [1, Hkv, 1, hd], which the host writes into its cache at row p;
  *                 mlstate KV: the package's state `kv` (zeros at sequence start), updated in place;
  *                                                                       → hidden_out (the next package's hidden)
+ *   superblocks, prefill function (model.json's component.prefill, T tokens a call): the same
+ *                 with hidden [1, D, 1, T] for tokens at p … p+T-1 (zero rows after a short chunk's n
+ *                 tokens), rope rows for those positions, mask by the "prefill" rule, valid and
+ *                 conv_pick (prefillInputs) → hidden_out [1, D, 1, T], the states after the chunk's
+ *                 last real token, and kv{L}_*_new [1, Hkv, T, hd] (all T rows; p + T ≤ ctx). It
+ *                 shares the decode function's weights and kept buffers.
  *   lm_head:      hidden → logits_0..k-1 (piece i covers vocab rows [rowOffset_i, rowOffset_i + rows_i)),
  *                 or argmax_idx / argmax_val [k]: per-piece top-1 index (within the piece) and value;
  *                 the token is rowOffset_i + argmax_idx[i] for the i with the largest argmax_val
@@ -41,8 +47,10 @@ export const MASK_NEG = -65504;
  *   "mlstate": keys = ctx (the state rows, this token's row already written at p):
  *              mask[j] = 0 for j ≤ p, MASK_NEG otherwise. Written by earlier converter builds for
  *              mlstate packages; still run.
+ *   "prefill": T query rows, keys = ctx + T (the cached rows, then the chunk's T rows):
+ *              mask[i][j] = 0 for j < p and for j = ctx + i' with i' ≤ i, MASK_NEG otherwise.
  */
-export type MaskRule = "io" | "mlstate";
+export type MaskRule = "io" | "mlstate" | "prefill";
 
 export type IoRole =
   | { readonly kind: "input_ids" }
@@ -57,6 +65,10 @@ export type IoRole =
       readonly theta: number;
     }
   | { readonly kind: "mask"; readonly rule: MaskRule; readonly keys: number; readonly maskValue: number }
+  /** Prefill: [1, 1, T, 1], 1 for the chunk's real tokens, 0 for the rows after them. */
+  | { readonly kind: "valid" }
+  /** Prefill: [1, T + K − 1, K − 1] one-hot, picks the GDN conv window after the last real token. */
+  | { readonly kind: "conv_pick" }
   /** GDN conv window: the last 3 pre-conv in_proj_qkv columns. `next` is the input an output replaces. */
   | { readonly kind: "gdn_conv_in"; readonly layer: number }
   | { readonly kind: "gdn_conv_out"; readonly layer: number; readonly next: string }
@@ -166,6 +178,40 @@ function checkRing(ctx: number, sinks: number, position: number): void {
     throw new InvalidArgumentError(`position ${position} is not a non-negative integer`);
 }
 
+/** The prefill mask [T, ctx + T] for a chunk at `position` (row i: cache rows < position, chunk keys ≤ i). */
+export function prefillMask(ctx: number, tokens: number, position: number): Float32Array {
+  if (!Number.isInteger(position) || position < 0 || position + tokens > ctx) {
+    throw new InvalidArgumentError(
+      `a prefill chunk of ${tokens} at position ${position} does not fit the context of ${ctx}`,
+    );
+  }
+  const keys = ctx + tokens;
+  const m = new Float32Array(tokens * keys).fill(MASK_NEG);
+  for (let i = 0; i < tokens; i++) {
+    m.fill(0, i * keys, i * keys + position);
+    m.fill(0, i * keys + ctx, i * keys + ctx + i + 1);
+  }
+  return m;
+}
+
+/**
+ * The valid [T] and conv_pick [(T + K − 1) × (K − 1)] inputs of a prefill chunk holding `n`
+ * real tokens (1 ≤ n ≤ T), K the GDN conv kernel width.
+ */
+export function prefillChunkInputs(
+  tokens: number,
+  n: number,
+  kernel: number,
+): { valid: Float32Array; convPick: Float32Array } {
+  if (!Number.isInteger(n) || n < 1 || n > tokens)
+    throw new InvalidArgumentError(`a prefill chunk of ${tokens} holds 1 … ${tokens} tokens, not ${n}`);
+  const valid = new Float32Array(tokens).fill(1, 0, n);
+  const k1 = kernel - 1;
+  const convPick = new Float32Array((tokens + k1) * k1);
+  for (let c = 0; c < k1; c++) convPick[(n + c) * k1 + c] = 1;
+  return { valid, convPick };
+}
+
 /** The vocabulary id picked by an argmax-mode lm_head (largest value; first piece on ties). */
 export function argmaxToken(
   rowOffsets: readonly number[],
@@ -220,6 +266,9 @@ const componentSchema = z.object({
   function: z.string().min(1),
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
   io: componentIoSchema,
+  prefill: z
+    .object({ function: z.string().min(1), tokens: z.number().int().positive(), io: componentIoSchema })
+    .optional(),
 });
 
 export const chainManifestSchema = z.object({
@@ -241,6 +290,11 @@ export const chainManifestSchema = z.object({
   dtype: z.enum(["fp16", "fp32"]),
   /** The super-blocks' attention core (absent in folders written before it was a choice: sdpa). */
   attention: z.enum(["matmul", "sdpa"]).optional(),
+  /**
+   * Every super-block package's prefill function: tokens per call and its GDN form (absent:
+   * decode only). Each component's `prefill` says how to call it.
+   */
+  prefill: z.object({ tokens: z.number().int().positive(), gdn: z.enum(["chunked", "scan"]) }).optional(),
   quantization: z.object({
     /** One encoding for every super-block projection, or "mixed" (see `encodings`). */
     body: z.string(),
@@ -285,8 +339,18 @@ export interface ChainManifestComponent {
   readonly name: string;
   readonly kind: ComponentKind;
   readonly file: string;
+  /** The function a token-by-token step calls (the package's default function). */
   readonly function: string;
   readonly sha256: string;
+  readonly io: ComponentIO;
+  /** A super-block package's prefill function (T tokens a call, same weights and kept buffers). */
+  readonly prefill?: PrefillFunction;
+}
+
+/** A package's batched function: `tokens` positions a call (see the protocol above). */
+export interface PrefillFunction {
+  readonly function: string;
+  readonly tokens: number;
   readonly io: ComponentIO;
 }
 

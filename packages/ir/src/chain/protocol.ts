@@ -13,6 +13,8 @@ import {
   type ComponentIO,
   decodeMask,
   type IoTensor,
+  prefillChunkInputs,
+  prefillMask,
   ringMask,
   ringRow,
 } from "./contract.js";
@@ -53,6 +55,26 @@ export interface ChainComponent {
     state?: ChainComponentState,
     position?: number,
   ): Promise<Record<string, Tensor>>;
+  /** The package's prefill function, run on the same state (see contract.ts). */
+  readonly prefill?: ChainPrefill;
+}
+
+/** A component's batched function: `tokens` positions a call over the decode function's state. */
+export interface ChainPrefill {
+  readonly io: ComponentIO;
+  readonly tokens: number;
+  predict(
+    inputs: Record<string, Tensor>,
+    state: ChainComponentState | undefined,
+    position: number,
+  ): Promise<Record<string, Tensor>>;
+}
+
+export interface ChainPrefillResult {
+  /** hidden_out [1, D, 1, T] of each super-block package, in order (rows ≥ the chunk's count unused). */
+  readonly hidden: readonly Tensor[];
+  /** The lm_head's output for the chunk's last token, when asked for. */
+  readonly head?: HeadOutput;
 }
 
 /** What the lm_head gives for one position: the full row of logits, or the arg-max pair of an argmax head. */
@@ -77,6 +99,36 @@ interface Block {
   readonly inputs: readonly IoTensor[];
   readonly hiddenOut: IoTensor;
   readonly state: ChainComponentState | undefined;
+  /** The prefill function's host inputs and hidden output. */
+  readonly prefill?: {
+    readonly f: ChainPrefill;
+    readonly inputs: readonly IoTensor[];
+    readonly hiddenOut: IoTensor;
+  };
+}
+
+const hiddenOutOf = (name: string, io: ComponentIO) => {
+  const t = io.outputs.find((o) => o.role.kind === "hidden_out");
+  if (!t) throw new ChainProtocolError(name, "no output has the role hidden_out");
+  return t;
+};
+
+/** Row `i` of a channels-first hidden state [1, D, 1, T] as [1, D, 1, 1] (same dtype). */
+export function hiddenRow(h: Tensor, i: number): Tensor {
+  const [, D, , T] = h.shape;
+  const Ctor = h.data.constructor as new (n: number) => Tensor["data"];
+  const out = new Ctor(D);
+  for (let d = 0; d < D; d++) out[d] = h.data[d * T + i] as never;
+  return { dtype: h.dtype, shape: [1, D, 1, 1], data: out } as Tensor;
+}
+
+/** Rows [1, D, 1, 1] (n ≤ T of them) as a channels-first [1, D, 1, T], zeros after them. */
+export function hiddenRows(rows: readonly Tensor[], tokens: number): Tensor {
+  const D = rows[0].shape[1];
+  const Ctor = rows[0].data.constructor as new (n: number) => Tensor["data"];
+  const out = new Ctor(D * tokens);
+  for (const [i, r] of rows.entries()) for (let d = 0; d < D; d++) out[d * tokens + i] = r.data[d] as never;
+  return { dtype: rows[0].dtype, shape: [1, D, 1, tokens], data: out } as Tensor;
 }
 
 /** Float values as an input of `t`'s dtype (fp16 as bit patterns). */
@@ -140,18 +192,25 @@ export class ChainStepper {
     this.embed = embed;
     this.blocks = superblocks.map((c) => {
       const plan = statePlan(c.name, c.io);
-      const hiddenOut = c.io.outputs.find((t) => t.role.kind === "hidden_out");
-      if (!hiddenOut) throw new ChainProtocolError(c.name, "no output has the role hidden_out");
+      if (c.prefill) statePlan(c.name, c.prefill.io); // its roles pair up too
+      const f = c.prefill;
       return {
         c,
         inputs: hostInputs(c.io),
-        hiddenOut,
+        hiddenOut: hiddenOutOf(c.name, c.io),
         hostRope: c.io.inputs.some((t) => t.role.kind === "rope"),
         state: isStateless(plan) ? undefined : c.newState(plan),
+        prefill: f && { f, inputs: hostInputs(f.io), hiddenOut: hiddenOutOf(c.name, f.io) },
       };
     });
     this.head = head;
+    const sizes = new Set(this.blocks.map((b) => b.prefill?.f.tokens));
+    const T = sizes.size === 1 ? [...sizes][0] : undefined;
+    this.prefillTokens = T;
   }
+
+  /** Tokens per prefill call when every super-block package has a prefill function of that size. */
+  readonly prefillTokens: number | undefined;
 
   /** Zeroes every state (sequence start). */
   reset(): void {
@@ -192,16 +251,81 @@ export class ChainStepper {
     return this.blocks[0]?.c.io.ctx ?? MAX_POSITIONS;
   }
 
-  /**
-   * Runs `token` at `position` (0 ≤ position < ctx; any position below positionLimit with ring
-   * KV); the lm_head only when `withHead`.
-   */
-  async step(token: number, position: number, withHead: boolean): Promise<ChainStepResult> {
+  private async embedToken(token: number): Promise<Tensor> {
     const e = await this.embed.predict({
       [this.embed.io.inputs[0].name]: tensor("i32", [1, 1], Int32Array.of(token)),
     });
     const embedded = e[this.embed.io.outputs[0].name];
     if (!embedded) throw new ChainProtocolError(this.embed.name, "the package returned no embedding");
+    return embedded;
+  }
+
+  /**
+   * Runs up to prefillTokens tokens at positions [position, position + n) through every
+   * super-block's prefill function, one call each (a short chunk is masked, never padded with
+   * tokens); the lm_head runs for the last token when `withHead`. Needs position + T ≤ ctx.
+   */
+  async prefill(tokens: readonly number[], position: number, withHead: boolean): Promise<ChainPrefillResult> {
+    const T = this.prefillTokens;
+    if (T === undefined)
+      throw new ChainProtocolError("chain", "the super-block packages have no common prefill function");
+    const n = tokens.length;
+    const rows: Tensor[] = [];
+    for (const t of tokens) rows.push(await this.embedToken(t));
+    let hidden = hiddenRows(rows, T);
+    const hiddens: Tensor[] = [];
+    for (const s of this.blocks) {
+      const p = s.prefill as NonNullable<Block["prefill"]>;
+      const io = p.f.io;
+      const inputs: Record<string, Tensor> = {};
+      let chunk: ReturnType<typeof prefillChunkInputs> | undefined;
+      const chunkInputs = () => {
+        const kernel = io.inputs.find((t) => t.role.kind === "conv_pick")?.shape[1];
+        chunk ??= prefillChunkInputs(T, n, kernel === undefined ? 1 : kernel - T + 1);
+        return chunk;
+      };
+      for (const t of p.inputs) {
+        const role = t.role;
+        if (role.kind === "hidden_in") inputs[t.name] = hidden;
+        else if (role.kind === "position") inputs[t.name] = tensor("i32", t.shape, Int32Array.of(position));
+        else if (role.kind === "rope") {
+          const { cos, sin } = ropeCosSin(
+            role,
+            Array.from({ length: T }, (_, i) => position + i),
+          );
+          inputs[t.name] = floatTensor(t, role.part === "cos" ? cos : sin);
+        } else if (role.kind === "mask") inputs[t.name] = floatTensor(t, prefillMask(io.ctx, T, position));
+        else if (role.kind === "valid") inputs[t.name] = floatTensor(t, chunkInputs().valid);
+        else if (role.kind === "conv_pick") inputs[t.name] = floatTensor(t, chunkInputs().convPick);
+        else
+          throw new ChainProtocolError(
+            s.c.name,
+            `prefill input ${t.name} (role ${role.kind}) is not the host's to feed`,
+          );
+      }
+      const r = await p.f.predict(inputs, s.state, position);
+      const v = r[p.hiddenOut.name];
+      if (!v)
+        throw new ChainProtocolError(s.c.name, `the prefill function did not return ${p.hiddenOut.name}`);
+      hidden = v;
+      hiddens.push(v);
+    }
+    if (!withHead) return { hidden: hiddens };
+    return { hidden: hiddens, head: await this.runHead(hiddenRow(hidden, n - 1)) };
+  }
+
+  /** The lm_head on one hidden row [1, D, 1, 1]. */
+  async runHead(hidden: Tensor): Promise<HeadOutput> {
+    const h = await this.head.predict({ [this.head.io.inputs[0].name]: hidden });
+    return readHeadOutputs(this.head, h);
+  }
+
+  /**
+   * Runs `token` at `position` (0 ≤ position < ctx; any position below positionLimit with ring
+   * KV); the lm_head only when `withHead`.
+   */
+  async step(token: number, position: number, withHead: boolean): Promise<ChainStepResult> {
+    const embedded = await this.embedToken(token);
     let hidden = embedded;
     const hiddens: Tensor[] = [];
     for (const s of this.blocks) {
@@ -238,7 +362,6 @@ export class ChainStepper {
       hiddens.push(hidden);
     }
     if (!withHead) return { embedded, hidden: hiddens };
-    const h = await this.head.predict({ [this.head.io.inputs[0].name]: hidden });
-    return { embedded, hidden: hiddens, head: readHeadOutputs(this.head, h) };
+    return { embedded, hidden: hiddens, head: await this.runHead(hidden) };
   }
 }

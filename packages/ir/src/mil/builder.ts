@@ -252,6 +252,29 @@ export class MilBuilder extends MilOpMethods {
     return v;
   }
 
+  /**
+   * The constant `v` of another function of the same program, in this function: the same op
+   * (a const, or a constexpr_* op over inline values) over the same stored data — the blob refs
+   * are shared, nothing is written again. Multifunction packages share their weights this way.
+   */
+  adopt(v: MilVar, name: string = v.name): MilVar {
+    const from = v._owner;
+    if (from === this) return v;
+    if (!this.parent || from.parent !== this.parent)
+      throw new InvalidArgumentError(
+        `adopt '${v.name}': only a constant of another function of the same program`,
+      );
+    const producer = from.ops.find((o) => o.outputs.includes(v));
+    if (producer?.type === "const" && v._const) return this.emitConst(v._const, this.claim(name, "const"));
+    const def = producer && getOpDef(producer.type);
+    const values = producer ? Object.values(producer.inputs).flat() : [];
+    if (!producer || !def?.constexpr || values.some((x) => x instanceof MilVar))
+      throw new InvalidArgumentError(`adopt '${v.name}': not a constant (${producer?.type ?? "an input"})`);
+    const out = new MilVar(this, this.claim(name, producer.type), v.type, true);
+    this.ops.push({ type: producer.type, name: out.name, inputs: { ...producer.inputs }, outputs: [out] });
+    return out;
+  }
+
   // -------------------------------------------------------------------------------------------
   // the generic op
 

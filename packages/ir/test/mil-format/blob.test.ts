@@ -332,3 +332,19 @@ describe("BlobReader", () => {
     expectBlobError(() => BlobReader.open(missing), "io", missing, 0);
   });
 });
+
+describe("BlobWriter: content-addressed", () => {
+  it("stores a constant written twice (same dtype, count and bytes) once and returns the same ref", () => {
+    const w = BlobWriter.create(tmp());
+    const data = new Uint16Array(64).map((_, i) => f32ToF16Bits(i / 7));
+    const a = w.write(tensorType("fp16", [64]), data);
+    const size = w.size;
+    const b = w.write(tensorType("fp16", [8, 8]), Uint16Array.from(data)); // another array, same bytes
+    expect(b).toEqual(a);
+    expect(w.size).toBe(size);
+    const other = w.write(tensorType("uint16", [64]), data); // same bytes, another dtype: a blob of its own
+    expect(other.offset).not.toBe(a.offset);
+    expect(w.count).toBe(2);
+    w.finish();
+  });
+});

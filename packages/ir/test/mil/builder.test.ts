@@ -331,3 +331,38 @@ describe("const data", () => {
     expect(toMilData("uint16", Uint8Array.of(3))).toEqual(Uint16Array.of(3));
   });
 });
+
+describe("MilBuilder.adopt", () => {
+  it("puts another function's const and constexpr weights in this function over the same blob refs, writing nothing", () => {
+    const writes: TensorType[] = [];
+    const sink: BlobSink = {
+      write: (type) => {
+        writes.push(type);
+        return { fileName: "@model_path/weights/weight.bin", offset: 64 * writes.length } as BlobRef;
+      },
+    };
+    const p = new MilProgramBuilder({ blobSink: sink });
+    const a = p.function("decode");
+    const w = a.const(new Float32Array(32), "fp16", [4, 8], { name: "w" });
+    const lut = a.constexprLutToDense({
+      indices: { data: new Uint8Array(32), dtype: "uint4", shape: [4, 8] },
+      lut: { data: new Uint16Array(4 * 16), dtype: "fp16", shape: [4, 1, 16, 1] },
+      name: "w_lut",
+    });
+    a.output("y", a.add({ x: w, y: lut, name: "sum" }));
+    const before = writes.length;
+    const b = p.function("prefill");
+    const w2 = b.adopt(w);
+    const lut2 = b.adopt(lut);
+    b.output("y", b.mul({ x: w2, y: lut2, name: "prod" }));
+    expect(writes).toHaveLength(before);
+    const fa = p.program().functions.decode.block.operations;
+    const fb = p.program().functions.prefill.block.operations;
+    const value = (ops: readonly Operation[], name: string) => ops.find((o) => o.outputs[0].name === name);
+    expect(value(fb, "w")?.value).toBe(value(fa, "w")?.value);
+    expect(value(fb, "w_lut")?.inputs).toEqual(value(fa, "w_lut")?.inputs);
+    expect(() => b.adopt(a.add({ x: w, y: w, name: "not_const" }))).toThrow(/not a constant/);
+    expect(() => new MilBuilder().adopt(w)).toThrow(/same program/);
+    checkProgram(p.program());
+  });
+});

@@ -14,6 +14,7 @@
  * `writeBehindBytes`, blobs are written in the background (offsets are fixed when a blob is
  * handed over, so the file is the same) while the caller computes the next one.
  */
+import { createHash } from "node:crypto";
 import { closeSync, fstatSync, fsyncSync, openSync, readSync, writeSync, writev } from "node:fs";
 import { numel } from "@anemll-qwen35/core";
 import type { BlobRef, BlobSink, MilData, MilDType, TensorType } from "../program.js";
@@ -86,6 +87,8 @@ export class BlobWriter implements BlobSink {
   private fd: number | undefined;
   private end = BLOB_HEADER_SIZE;
   private readonly written = new Map<number, WrittenBlob>();
+  /** dtype, count and sha256 of each blob's payload → its metadata offset. */
+  private readonly byContent = new Map<string, number>();
   private readonly writeBehindBytes: number;
   private queuedBytes = 0;
   private pending = new Set<Promise<void>>();
@@ -136,10 +139,21 @@ export class BlobWriter implements BlobSink {
     return this.written.get(offset);
   }
 
-  /** Writes a constant and returns its ref (BlobSink). Sub-byte types are packed LSB-first. */
+  /**
+   * Writes a constant and returns its ref (BlobSink). Sub-byte types are packed LSB-first.
+   * Content-addressed: a constant with the same dtype, count and bytes as one already written
+   * gets that blob's ref, so functions of one package that hold the same weight store it once.
+   */
   write(type: TensorType, data: MilData): BlobRef {
     checkConstData(type, data, `blob ${this.written.size} in ${this.filePath}`);
-    const offset = this.writeBytes(type.dtype, elementsToBytes(type.dtype, data), numel(type.shape));
+    const payload = elementsToBytes(type.dtype, data);
+    const count = numel(type.shape);
+    const key = `${type.dtype}:${count}:${createHash("sha256").update(payload).digest("base64")}`;
+    let offset = this.byContent.get(key);
+    if (offset === undefined) {
+      offset = this.writeBytes(type.dtype, payload, count);
+      this.byContent.set(key, offset);
+    }
     return { fileName: this.fileName, offset };
   }
 

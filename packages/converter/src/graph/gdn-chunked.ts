@@ -1,0 +1,275 @@
+/**
+ * One Gated DeltaNet layer over a chunk of T tokens (the prefill function), from the conv window
+ * and recurrent state before the chunk to those after its last valid token.
+ *
+ * Two forms of the same recurrence (gdn.ts is the one-token step):
+ *   chunked: the WY (chunked delta rule) form over sub-chunks of C tokens — per head, with
+ *            g the log decays, Γ = L·g (cumulative sum as a matmul by the constant lower
+ *            triangle L), A = strict-lower((β⊙K)·Kᵀ ⊙ exp(Γᵢ − Γⱼ)):
+ *              Tinv = (I + A)⁻¹          a fixed product (I − A)(I + A²)(I + A⁴)… (A is
+ *                                        nilpotent: A^C = 0, so ⌈log₂ C⌉ factors are exact)
+ *              U = Tinv·(β⊙V),  W = Tinv·(β⊙exp(Γ)⊙K),  V′ = U − W·S
+ *              O = (exp(Γ)⊙Q)·S + ((Q·Kᵀ) ⊙ lower(exp(Γᵢ − Γⱼ)))·V′
+ *              S ← exp(Γ_C)·S + (exp(Γ_C − Γ)⊙K)ᵀ·V′
+ *            Triangles and decay masks are multiplies by constants (no band_part, no select, no
+ *            loop); every matmul is rank 4 ([1, Hv, ·, ·]).
+ *   scan:    the one-token delta rule unrolled over the T tokens (elementwise + reductions).
+ *
+ * A chunk may end early (a prompt's tail): `valid` is 0 for the rows after the last real token,
+ * whose β and log decay are then multiplied by 0 — those rows leave S unchanged — and the host's
+ * `conv_pick` selects the conv window after the last valid token.
+ */
+import type { MilVar } from "@anemll-qwen35/ir/mil";
+import {
+  conv1x1,
+  GDN_NORM_EPS_SCALE,
+  GDN_Q_SCALE,
+  GDN_V_SCALE,
+  rmsNormAne,
+  scalar,
+  siluTanh,
+  softplusStable,
+} from "./ane.js";
+import { type GdnStateIn, type GdnStep, gdnDecayConstants, gdnProjections, l2norm } from "./gdn.js";
+import type { GraphWeights } from "./weights.js";
+
+/** How the prefill function runs the delta rule over its chunk (see the module comment). */
+export type GdnPrefillForm = "chunked" | "scan";
+export const GDN_PREFILL_FORMS: readonly GdnPrefillForm[] = ["chunked", "scan"];
+/** Tokens per WY sub-chunk (a divisor of T is used): 16 keeps (I + A)⁻¹ at 4 factors. */
+export const DEFAULT_WY_CHUNK = 16;
+
+/** What every GDN layer of a prefill chunk reads besides its own state. */
+export interface GdnChunkInputs {
+  /** [1, 1, T, 1]: 1 for the chunk's tokens, 0 for rows past its last one. */
+  readonly valid: MilVar;
+  /** [1, T + K − 1, K − 1]: one-hot, picks the conv window after the last valid token. */
+  readonly convPick: MilVar;
+  readonly form: GdnPrefillForm;
+  /** WY sub-chunk length (chunked form). */
+  readonly wyChunk: number;
+}
+
+/** [1, H·d, 1, T] (channels-first) → [1, H, T, d] (token rows per head). */
+function headsRows(w: GraphWeights, x: MilVar, heads: number, name: string): MilVar {
+  const b = w.b;
+  const T = x.shape[3];
+  const d = x.shape[1] / heads;
+  const split = b.reshape({ x, shape: [1, heads, d, T], name: `${name}_hd` });
+  return b.transpose({ x: split, perm: [0, 1, 3, 2], name });
+}
+
+/** Constant [1, 1, n, n] lower triangle: 1 where j ≤ i (strict: j < i). */
+function lowerTriangle(w: GraphWeights, n: number, strict: boolean, name: string): MilVar {
+  const v = new Float32Array(n * n);
+  for (let i = 0; i < n; i++) for (let j = 0; j < (strict ? i : i + 1); j++) v[i * n + j] = 1;
+  return w.constant(v, [1, 1, n, n], name);
+}
+
+/** x [1, D, 1, T] (already input-normed) → the mixer output [1, D, 1, T] and the states after the chunk. */
+export async function gdnChunkLayer(
+  w: GraphWeights,
+  layer: number,
+  x: MilVar,
+  state: GdnStateIn,
+  chunk: GdnChunkInputs,
+): Promise<GdnStep> {
+  const b = w.b;
+  const cfg = w.source.config;
+  const { convDim, keyDim, valueDim, linearConvKernelDim: K } = cfg;
+  const Hk = cfg.linearNumKeyHeads;
+  const Hv = cfg.linearNumValueHeads;
+  const dk = cfg.linearKeyHeadDim;
+  const dv = cfg.linearValueHeadDim;
+  const T = x.shape[3];
+  const p = `layers.${layer}.linear_attn.`;
+
+  const { qkv, z, b: betaLogit, a } = await gdnProjections(w, layer, x); // [1, ·, 1, T]
+
+  // causal depthwise conv over [K-1 cached columns | T tokens]: K shifted slices times their tap
+  const columns = b.reshape({ x: qkv, shape: [1, convDim, T], name: "cols" });
+  const window = b.concat({ values: [state.conv, columns], axis: 2, name: "window" }); // [1, convDim, T+K-1]
+  const convW = w.tensorConstant(`${p}conv1d.weight`, await w.float32(`${p}conv1d.weight`), [1, convDim, K]);
+  let acc: MilVar | undefined;
+  for (let k = 0; k < K; k++) {
+    const shifted = b.sliceByIndex({
+      x: window,
+      begin: [0, 0, k],
+      end: [1, convDim, k + T],
+      name: `win${k}`,
+    });
+    const tap = b.sliceByIndex({ x: convW, begin: [0, 0, k], end: [1, convDim, k + 1], name: `tap${k}` });
+    const term = b.mul({ x: shifted, y: tap, name: `taps${k}` });
+    acc = acc ? b.add({ x: acc, y: term, name: `conv${k}` }) : term;
+  }
+  const mixed = siluTanh(b, acc as MilVar, "conv_act"); // [1, convDim, T]
+  const convNext = b.matmul({ x: window, y: chunk.convPick, name: "conv_next" }); // [1, convDim, K-1]
+  const [qRaw, kRaw, vRaw] = b.split({
+    x: b.reshape({ x: mixed, shape: [1, convDim, 1, T], name: "mixed4" }),
+    axis: 1,
+    splitSizes: [keyDim, keyDim, valueDim],
+    name: "split",
+  });
+
+  // q, k: per-head L2 norm over dk (q also ×1/√dk and the fp16 scale); value head j takes q/k head floor(j / r)
+  const r = Hv / Hk;
+  const repeat = (t: MilVar, name: string) =>
+    r === 1
+      ? t
+      : b.reshape({
+          x: b.concat({ values: new Array<MilVar>(r).fill(t), axis: 2, name: `${name}_rep` }), // [1, Hk, r·T, dk]
+          shape: [1, Hv, T, dk],
+          name,
+        });
+  const q = repeat(l2norm(w, headsRows(w, qRaw, Hk, "q_heads"), GDN_Q_SCALE / Math.sqrt(dk), "q_norm"), "q"); // [1, Hv, T, dk]
+  const k = repeat(l2norm(w, headsRows(w, kRaw, Hk, "k_heads"), 1, "k_norm"), "k"); // [1, Hv, T, dk]
+  const vRows = headsRows(w, vRaw, Hv, "v_heads");
+  const v = b.mul({ x: vRows, y: scalar(GDN_V_SCALE, vRows), name: "v" }); // [1, Hv, T, dv]
+
+  // β and the log decay g = −exp(A_log)·softplus(a + dt_bias), per head and token [1, Hv, T, 1]; 0 past the chunk's end
+  const beta = b.mul({
+    x: b.reshape({
+      x: b.sigmoid({ x: betaLogit, name: "beta_sig" }),
+      shape: [1, Hv, T, 1],
+      name: "beta_rows",
+    }),
+    y: chunk.valid,
+    name: "beta",
+  });
+  const { negA, dtBias } = await gdnDecayConstants(w, layer);
+  const aRows = b.reshape({ x: a, shape: [1, Hv, T, 1], name: "a_rows" });
+  const sp = softplusStable(b, b.add({ x: aRows, y: dtBias, name: "a_dt" }), "softplus");
+  const g = b.mul({ x: b.mul({ x: negA, y: sp, name: "g_raw" }), y: chunk.valid, name: "g" }); // ≤ 0
+
+  const run = chunk.form === "scan" ? scanRule : wyRule;
+  const { o, rec } = run(w, { q, k, v, beta, g, S: state.rec }, chunk.wyChunk); // o [1, Hv, T, dv] (×1024)
+
+  // gated RMSNorm per value head (as gdn.ts), then back to channels-first for out_proj
+  const gNorm = w.tensorConstant(`${p}norm.weight`, await w.float32(`${p}norm.weight`), [dv]);
+  const normed = rmsNormAne(b, o, {
+    axis: 3,
+    eps: cfg.rmsNormEps * GDN_NORM_EPS_SCALE,
+    gamma: gNorm,
+    name: "norm",
+  });
+  const zRows = headsRows(w, z, Hv, "z_heads"); // [1, Hv, T, dv]
+  const gated = b.mul({ x: normed, y: siluTanh(b, zRows, "z_act"), name: "gated" });
+  const back = b.transpose({ x: gated, perm: [0, 1, 3, 2], name: "gated_hd" }); // [1, Hv, dv, T]
+  const flat = b.reshape({ x: back, shape: [1, valueDim, 1, T], name: "flat" });
+  const out = conv1x1(b, flat, await w.conv1x1Weight(`${p}out_proj.weight`), "out"); // [1, D, 1, T]
+  return { out, conv: convNext, rec };
+}
+
+/** Per head: q, k [1, Hv, T, dk], v [1, Hv, T, dv], β and g [1, Hv, T, 1], S [1, Hv, dk, dv]. */
+interface DeltaInputs {
+  readonly q: MilVar;
+  readonly k: MilVar;
+  readonly v: MilVar;
+  readonly beta: MilVar;
+  readonly g: MilVar;
+  readonly S: MilVar;
+}
+
+const rowsOf = (w: GraphWeights, x: MilVar, from: number, to: number, name: string) => {
+  const [, h, , d] = x.shape;
+  return w.b.sliceByIndex({ x, begin: [0, 0, from, 0], end: [1, h, to, d], name });
+};
+
+/** The chunked (WY) form over sub-chunks of `wy` tokens (the largest divisor of T not above it). */
+function wyRule(w: GraphWeights, x: DeltaInputs, wy: number): { o: MilVar; rec: MilVar } {
+  const b = w.b;
+  const T = x.q.shape[2];
+  let C = Math.min(wy, T);
+  while (T % C !== 0) C--;
+  const Lincl = lowerTriangle(w, C, false, "tri_incl");
+  const Lstrict = lowerTriangle(w, C, true, "tri_strict");
+  const eye = w.constant(
+    Float32Array.from({ length: C * C }, (_, i) => (i % (C + 1) === 0 ? 1 : 0)),
+    [1, 1, C, C],
+    "eye",
+  );
+  let S = x.S;
+  const outs: MilVar[] = [];
+  for (let c = 0; c < T / C; c++) {
+    const n = `c${c}_`;
+    const [q, k, v, beta, g] = [x.q, x.k, x.v, x.beta, x.g].map((t, i) =>
+      rowsOf(w, t, c * C, (c + 1) * C, `${n}${["q", "k", "v", "beta", "g"][i]}`),
+    );
+    // Γ = L·g (cumulative log decay); Γᵢ − Γⱼ masked to the lower triangle before exp (no overflow above it)
+    const G = b.matmul({ x: Lincl, y: g, name: `${n}G` }); // [1, Hv, C, 1]
+    const Grow = b.reshape({ x: G, shape: [1, G.shape[1], 1, C], name: `${n}G_row` });
+    const diff = b.mul({ x: b.sub({ x: G, y: Grow, name: `${n}G_diff` }), y: Lincl, name: `${n}G_low` });
+    const decay = b.exp({ x: diff, name: `${n}decay` }); // exp(Γᵢ − Γⱼ) below the diagonal, 1 above
+    const kb = b.mul({ x: k, y: beta, name: `${n}kb` });
+    const A = b.mul({
+      x: b.matmul({ x: kb, y: k, transposeY: true, name: `${n}kbk` }),
+      y: b.mul({ x: decay, y: Lstrict, name: `${n}decay_strict` }),
+      name: `${n}A`,
+    }); // [1, Hv, C, C], strictly lower
+    // (I + A)⁻¹ = (I − A)(I + A²)(I + A⁴)…: exact once the power reaches C (A^C = 0)
+    let Tinv = b.sub({ x: eye, y: A, name: `${n}inv0` });
+    let power = A;
+    for (let i = 1; 2 ** i < C; i++) {
+      power = b.matmul({ x: power, y: power, name: `${n}A${2 ** i}` });
+      Tinv = b.add({
+        x: Tinv,
+        y: b.matmul({ x: Tinv, y: power, name: `${n}inv${i}_p` }),
+        name: `${n}inv${i}`,
+      });
+    }
+    const eG = b.exp({ x: G, name: `${n}eG` }); // [1, Hv, C, 1], ≤ 1
+    const U = b.matmul({ x: Tinv, y: b.mul({ x: v, y: beta, name: `${n}vb` }), name: `${n}U` }); // [1, Hv, C, dv]
+    const W = b.matmul({ x: Tinv, y: b.mul({ x: kb, y: eG, name: `${n}kbg` }), name: `${n}W` }); // [1, Hv, C, dk]
+    const Vp = b.sub({ x: U, y: b.matmul({ x: W, y: S, name: `${n}WS` }), name: `${n}Vp` }); // [1, Hv, C, dv]
+    const inter = b.matmul({ x: b.mul({ x: q, y: eG, name: `${n}qg` }), y: S, name: `${n}inter` });
+    const qk = b.mul({
+      x: b.matmul({ x: q, y: k, transposeY: true, name: `${n}qk_raw` }),
+      y: b.mul({ x: decay, y: Lincl, name: `${n}decay_incl` }),
+      name: `${n}qk`,
+    });
+    outs.push(b.add({ x: inter, y: b.matmul({ x: qk, y: Vp, name: `${n}intra` }), name: `${n}o` }));
+    // S ← exp(Γ_C)·S + (exp(Γ_C − Γ)⊙K)ᵀ·V′
+    const Glast = rowsOf(w, G, C - 1, C, `${n}G_last`); // [1, Hv, 1, 1]
+    const tailDecay = b.exp({ x: b.sub({ x: Glast, y: G, name: `${n}G_tail` }), name: `${n}tail_decay` }); // ≤ 1
+    const kd = b.mul({ x: k, y: tailDecay, name: `${n}kd` });
+    S = b.add({
+      x: b.mul({ x: S, y: b.exp({ x: Glast, name: `${n}eG_last` }), name: `${n}S_decay` }),
+      y: b.matmul({ x: kd, y: Vp, transposeX: true, name: `${n}kV` }),
+      name: `${n}S`,
+    }); // [1, Hv, dk, dv]
+  }
+  const o = outs.length === 1 ? outs[0] : b.concat({ values: outs, axis: 2, name: "o" });
+  return { o, rec: S };
+}
+
+/** The one-token delta rule (gdn.ts) unrolled over the chunk's T tokens. */
+function scanRule(w: GraphWeights, x: DeltaInputs): { o: MilVar; rec: MilVar } {
+  const b = w.b;
+  const T = x.q.shape[2];
+  let S = x.S;
+  const outs: MilVar[] = [];
+  const col = (t: MilVar, i: number, name: string) =>
+    b.transpose({ x: rowsOf(w, t, i, i + 1, `${name}_row`), perm: [0, 1, 3, 2], name }); // [1, Hv, d, 1]
+  for (let i = 0; i < T; i++) {
+    const n = `t${i}_`;
+    const k = col(x.k, i, `${n}k`);
+    const q = col(x.q, i, `${n}q`);
+    const v = rowsOf(w, x.v, i, i + 1, `${n}v`); // [1, Hv, 1, dv]
+    const beta = rowsOf(w, x.beta, i, i + 1, `${n}beta`); // [1, Hv, 1, 1]
+    const decay = b.exp({ x: rowsOf(w, x.g, i, i + 1, `${n}g`), name: `${n}decay` });
+    const sDecayed = b.mul({ x: S, y: decay, name: `${n}S_decay` });
+    const kv = b.reduceSum({
+      x: b.mul({ x: sDecayed, y: k, name: `${n}Sk` }),
+      axes: [2],
+      keepDims: true,
+      name: `${n}kv`,
+    });
+    const delta = b.mul({ x: b.sub({ x: v, y: kv, name: `${n}v_kv` }), y: beta, name: `${n}delta` });
+    S = b.add({ x: sDecayed, y: b.mul({ x: k, y: delta, name: `${n}k_delta` }), name: `${n}S` });
+    outs.push(
+      b.reduceSum({ x: b.mul({ x: S, y: q, name: `${n}Sq` }), axes: [2], keepDims: true, name: `${n}o` }),
+    );
+  }
+  const o = outs.length === 1 ? outs[0] : b.concat({ values: outs, axis: 2, name: "o" });
+  return { o, rec: S };
+}
