@@ -78,7 +78,9 @@ describe("ChainRunner snapshot / restore", () => {
     await a.prefill(prompt.slice(10));
     await a.restore(snap);
     await a.prefill(prompt.slice(10));
-    await b.prefill(prompt);
+    // the same chunks as a (a prefill function's chunks round differently from one long chunk)
+    await b.prefill(prompt.slice(0, 10));
+    await b.prefill(prompt.slice(10));
     expect(await continueWith(a, tail)).toEqual(await continueWith(b, tail));
   });
 
