@@ -26,6 +26,11 @@ export interface StepModel {
    * sampling configuration an argmax-only head cannot serve before any work is done.
    */
   readonly outputKind?: "logits" | "top1";
+  /**
+   * Set once the model can no longer run (e.g. a rank of a model split across machines was lost);
+   * every later call throws it. A server answers 503 for such a model and keeps serving the others.
+   */
+  readonly unavailable?: ModelUnavailableError;
   /** Forget all state; the next `prefill` starts at position 0. */
   reset(): void | Promise<void>;
   /**
@@ -50,6 +55,13 @@ export class ContextOverflowError extends AnemllError {
     );
     this.promptTokens = promptTokens;
     this.contextLength = contextLength;
+  }
+}
+
+/** The model cannot run any more (see StepModel.unavailable); `message` says why and what to do. */
+export class ModelUnavailableError extends AnemllError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("E_MODEL_UNAVAILABLE", message, options);
   }
 }
 

@@ -2,7 +2,26 @@
  * @anemll-qwen35/runtime-mlx: Qwen3.5 (dense and MoE) on MLX (Metal GPU on macOS, CPU on Linux)
  * through a native addon over MLX's C++ API: the array layer (`mx`) and the model (`loadMlxModel`).
  */
+export type { DistributedBackend, JoinOptions } from "./distributed/group.js";
+export { DistributedGroup, joinGroup, launchedRank } from "./distributed/group.js";
+export type { Host, Hostfile, RingOptions } from "./distributed/hostfile.js";
 export {
+  DEFAULT_STARTING_PORT,
+  hostsFromList,
+  parseHostfile,
+  readHostfile,
+  readRingHostfile,
+  ringAddresses,
+} from "./distributed/hostfile.js";
+export type { LaunchedJob, LaunchedRank, LaunchOptions, RankExit } from "./distributed/launch.js";
+export { launchRing } from "./distributed/launch.js";
+export type { LayerRange, WeightBytes } from "./distributed/split.js";
+export { planSplit, splitFromCounts, weightBytes } from "./distributed/split.js";
+export type { WorkerStats } from "./distributed/worker.js";
+export { runMlxWorker } from "./distributed/worker.js";
+export {
+  DistributedError,
+  HostfileError,
   MlxDisposedError,
   MlxError,
   MlxModelLoadError,
@@ -11,7 +30,7 @@ export {
   RuntimeMlxError,
 } from "./errors.js";
 export * as mx from "./mlx.js";
-export type { LoadMlxModelOptions } from "./mlx-qwen35.js";
+export type { DistributedOptions, LoadMlxModelOptions } from "./mlx-qwen35.js";
 export { loadMlxModel, MlxQwen35, ModelBusyError } from "./mlx-qwen35.js";
 export type { Dtype, MxArray, MxTypedArray } from "./native.js";
 export { addonPath, mlxAvailable } from "./native.js";
