@@ -195,7 +195,8 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
    */
   async pingRanks(): Promise<number> {
     this.check("pingRanks");
-    if (!this.options.ranks) throw new InvalidArgumentError("pingRanks: this model is not split across ranks");
+    if (!this.options.ranks)
+      throw new InvalidArgumentError("pingRanks: this model is not split across ranks");
     if (this.busy) throw new ModelBusyError("pingRanks");
     this.busy = true;
     try {
@@ -381,7 +382,12 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
               mx.dispose([out.logits!, ...out.sent]);
             }
           } else {
-            const step: StepArrays = { logits: out.logits!, argmax: out.argmax!, gdn: out.gdn, sent: out.sent };
+            const step: StepArrays = {
+              logits: out.logits!,
+              argmax: out.argmax!,
+              gdn: out.gdn,
+              sent: out.sent,
+            };
             const done = this.evaluate([step.logits, step.argmax, ...step.sent], what);
             rows.push(await this.finishStep(step, done, signal, true));
           }
@@ -429,10 +435,10 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
     fromPrefill = false,
   ): Promise<Float32Array> {
     const pipeline = this.options.pipeline;
-    if (pipeline === true || (pipeline === "auto" && (fromPrefill || this.speculateNext)))
-      this.speculate(step);
     try {
       try {
+        if (pipeline === true || (pipeline === "auto" && (fromPrefill || this.speculateNext)))
+          this.speculate(step);
         await raceAbort(done, signal);
       } catch (error) {
         // The speculated token is unknown now: never adopt that step.

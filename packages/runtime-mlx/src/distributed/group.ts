@@ -141,18 +141,22 @@ export class DistributedGroup {
           },
           (cause: Error) => {
             clearTimeout(timer);
-            const lost = /\[ring\]|connection|peer/i.test(cause.message);
-            reject(
-              new DistributedError(
-                "E_MLX_DIST_PEER",
-                `${o.what}: ${lost ? "lost a rank" : "failed"} after ${((performance.now() - started) / 1000).toFixed(1)} s ` +
-                  `(rank ${this.rank} talks to ${this.describe(this.previous)} and ${this.describe(this.next)}): ${cause.message}`,
-                { cause },
-              ),
-            );
+            reject(this.peerError(o.what, cause, performance.now() - started));
           },
         );
     });
+  }
+
+  /** An MLX failure while talking to the other ranks, as a DistributedError that names them. */
+  peerError(what: string, cause: Error, afterMs?: number): DistributedError {
+    const lost = /\[ring\]|connection|peer/i.test(cause.message);
+    const after = afterMs === undefined ? "" : ` after ${(afterMs / 1000).toFixed(1)} s`;
+    return new DistributedError(
+      "E_MLX_DIST_PEER",
+      `${what}: ${lost ? "lost a rank" : "failed"}${after} (rank ${this.rank} talks to ${this.describe(this.previous)} ` +
+        `and ${this.describe(this.next)}): ${cause.message}`,
+      { cause },
+    );
   }
 }
 

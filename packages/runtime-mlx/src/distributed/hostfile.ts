@@ -57,7 +57,10 @@ export function parseHostfile(data: unknown, file = "hostfile"): Hostfile {
   const backend = obj.backend ?? "";
   if (typeof backend !== "string") throw new HostfileError(file, '"backend" must be a string');
   const envs = obj.envs ?? [];
-  if (!Array.isArray(envs) || envs.some((e) => typeof e !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*=/.test(e))) {
+  if (
+    !Array.isArray(envs) ||
+    envs.some((e) => typeof e !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*=/.test(e))
+  ) {
     throw new HostfileError(file, '"envs" must be a list of "NAME=value" strings');
   }
   const hosts = obj.hosts.map((h: unknown, i: number): Host => {
@@ -119,10 +122,15 @@ export function readRingHostfile(file: string): string[][] {
   try {
     data = JSON.parse(readFileSync(file, "utf8"));
   } catch (cause) {
-    throw new HostfileError(file, `not a readable JSON ring hostfile (${(cause as Error).message})`, { cause });
+    throw new HostfileError(file, `not a readable JSON ring hostfile (${(cause as Error).message})`, {
+      cause,
+    });
   }
   if (!Array.isArray(data) || data.some((r) => !Array.isArray(r) || r.some((a) => typeof a !== "string"))) {
-    throw new HostfileError(file, 'expected the ring backend\'s layout: [["ip:port", ...], ...], one list per rank');
+    throw new HostfileError(
+      file,
+      'expected the ring backend\'s layout: [["ip:port", ...], ...], one list per rank',
+    );
   }
   return data as string[][];
 }

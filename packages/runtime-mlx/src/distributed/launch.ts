@@ -96,7 +96,7 @@ export function launchRing(o: LaunchOptions): LaunchedJob {
       const script = [
         `cd ${shq(cwd)} || exit 1`,
         ...Object.entries(envs).map(([k, v]) => `export ${k}=${shq(v)}`),
-        'f=$(mktemp) || exit 1',
+        "f=$(mktemp) || exit 1",
         `printf '%s' ${shq(ringJson)} > "$f"`,
         `export MLX_HOSTFILE="$f" MLX_RANK=${rank}`,
         'echo "ANEMLL_RANK_PID=$$"',
@@ -127,7 +127,9 @@ export function launchRing(o: LaunchOptions): LaunchedJob {
     killers[rank] = () => {
       if (remote && remotePid) {
         const ssh = o.ssh ?? ["ssh"];
-        spawn(ssh[0], [...ssh.slice(1), host.ssh, `kill -TERM ${remotePid} 2>/dev/null`], { stdio: "ignore" });
+        spawn(ssh[0], [...ssh.slice(1), host.ssh, `kill -TERM ${remotePid} 2>/dev/null`], {
+          stdio: "ignore",
+        });
       }
       child.kill("SIGTERM");
     };
@@ -141,7 +143,8 @@ export function launchRing(o: LaunchOptions): LaunchedJob {
     }
     const hard = setTimeout(() => {
       for (const r of ranks) {
-        if (which(r) && r.process.exitCode === null && r.process.signalCode === null) r.process.kill("SIGKILL");
+        if (which(r) && r.process.exitCode === null && r.process.signalCode === null)
+          r.process.kill("SIGKILL");
       }
     }, graceMs);
     hard.unref();

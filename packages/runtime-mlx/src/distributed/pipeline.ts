@@ -17,12 +17,18 @@
  */
 import { ModelUnavailableError } from "@anemll-qwen35/generate";
 import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
-import { DistributedError } from "../errors.js";
+import { DistributedError, MlxError } from "../errors.js";
 import * as mx from "../mlx.js";
 import type { Dtype, MxArray } from "../native.js";
 import { type GdnState, gdnStateArrays, KvCache } from "../qwen35/cache.js";
 import { embed } from "../qwen35/linear.js";
-import { type ForwardState, finalNorm, type LayerWeights, type Qwen35Weights, runLayers } from "../qwen35/model.js";
+import {
+  type ForwardState,
+  finalNorm,
+  type LayerWeights,
+  type Qwen35Weights,
+  runLayers,
+} from "../qwen35/model.js";
 import { linear } from "../qwen35/linear.js";
 import type { DistributedGroup } from "./group.js";
 import type { LayerRange } from "./split.js";
@@ -100,25 +106,46 @@ export class PipelineHead {
   }
 
   /** Builds one step over ids [1, T] from position `pos`; schedules its sends at once. */
-  forward(w: Qwen35Weights, ids: MxArray, state: ForwardState, pos: number, logits: LogitsMode): PipelineStep {
-    this.check();
+  forward(
+    w: Qwen35Weights,
+    ids: MxArray,
+    state: ForwardState,
+    pos: number,
+    logits: LogitsMode,
+  ): PipelineStep {
     const g = this.group;
     const T = ids.shape[1];
-    return g.run(() =>
-      mx.tidy(() => {
-        const header = g.send(headerArray({ op: Op.Step, T, pos, logits }), g.next);
-        g.schedule([header]);
-        const { h, gdn } = runLayers(this.cfg, w.layers, embed(w.embed, ids), state);
-        const hidden = g.send(h, g.next);
-        g.schedule([hidden, ...gdn.flatMap(gdnStateArrays)]);
-        let out: MxArray | undefined;
-        if (logits !== "none") {
-          const back = g.recv([1, logits === "all" ? T : 1, this.cfg.hiddenSize], this.dtype, g.previous);
-          out = linear(w.lmHead, finalNorm(this.cfg, w, back, logits));
-        }
-        return { logits: out, gdn, sent: [header, hidden] };
-      }),
+    return this.guard("a pipeline step", () =>
+      g.run(() =>
+        mx.tidy(() => {
+          const header = g.send(headerArray({ op: Op.Step, T, pos, logits }), g.next);
+          g.schedule([header]);
+          const { h, gdn } = runLayers(this.cfg, w.layers, embed(w.embed, ids), state);
+          const hidden = g.send(h, g.next);
+          g.schedule([hidden, ...gdn.flatMap(gdnStateArrays)]);
+          let out: MxArray | undefined;
+          if (logits !== "none") {
+            const back = g.recv([1, logits === "all" ? T : 1, this.cfg.hiddenSize], this.dtype, g.previous);
+            out = linear(w.lmHead, finalNorm(this.cfg, w, back, logits));
+          }
+          return { logits: out, gdn, sent: [header, hidden] };
+        }),
+      ),
     );
+  }
+
+  /**
+   * Runs `build` (which schedules sends): MLX reports a peer it already knows is gone when work is
+   * scheduled, not only when it is awaited; such a failure makes the model unavailable too.
+   */
+  private guard<T>(what: string, build: () => T): T {
+    this.check();
+    try {
+      return build();
+    } catch (cause) {
+      if (cause instanceof MlxError) throw this.fail(this.group.peerError(what, cause), what);
+      throw cause;
+    }
   }
 
   /** Waits for a step's arrays; a lost or silent rank makes the model unavailable for good. */
@@ -139,14 +166,16 @@ export class PipelineHead {
     this.check();
     const g = this.group;
     const started = performance.now();
-    const arrays = g.run(() =>
-      mx.tidy(() => {
-        const header = g.send(headerArray({ op: Op.Ping, T: 1, pos: 0, logits: "none" }), g.next);
-        g.schedule([header]);
-        const hidden = g.send(mx.zeros([1, 1, this.cfg.hiddenSize], this.dtype), g.next);
-        g.schedule([hidden]);
-        return [header, hidden, g.recv([1, 1, this.cfg.hiddenSize], this.dtype, g.previous)];
-      }),
+    const arrays = this.guard("pipeline ping", () =>
+      g.run(() =>
+        mx.tidy(() => {
+          const header = g.send(headerArray({ op: Op.Ping, T: 1, pos: 0, logits: "none" }), g.next);
+          g.schedule([header]);
+          const hidden = g.send(mx.zeros([1, 1, this.cfg.hiddenSize], this.dtype), g.next);
+          g.schedule([hidden]);
+          return [header, hidden, g.recv([1, 1, this.cfg.hiddenSize], this.dtype, g.previous)];
+        }),
+      ),
     );
     try {
       await g.wait(arrays, { timeoutMs, what: "pipeline ping" });
@@ -162,12 +191,13 @@ export class PipelineHead {
   async shutdown(timeoutMs = 5_000): Promise<void> {
     if (this.failure) return;
     const g = this.group;
-    const arrays = g.run(() => {
-      const header = g.send(headerArray({ op: Op.Shutdown, T: 0, pos: 0, logits: "none" }), g.next);
-      g.schedule([header]);
-      return [header, g.recv([HEADER_LENGTH], "int32", g.previous)];
-    });
+    const arrays: MxArray[] = [];
     try {
+      g.run(() => {
+        arrays.push(g.send(headerArray({ op: Op.Shutdown, T: 0, pos: 0, logits: "none" }), g.next));
+        g.schedule(arrays);
+        arrays.push(g.recv([HEADER_LENGTH], "int32", g.previous));
+      });
       await g.wait(arrays, { timeoutMs, what: "pipeline shutdown" });
     } catch (cause) {
       this.fail(cause, "pipeline shutdown");

@@ -32,9 +32,12 @@ export function weightBytes(
     const n = spec.shape.reduce((a, b) => a * b, 1);
     const inDim = spec.shape[spec.shape.length - 1];
     const group = o.groupSize ?? 64;
-    const bits = o.bits && isQuantizable(spec.kind) && inDim % group === 0 ? (spec.bits ?? o.bits) : undefined;
+    const bits =
+      o.bits && isQuantizable(spec.kind) && inDim % group === 0 ? (spec.bits ?? o.bits) : undefined;
     // quantized: packed weights plus one scale and one bias per group
-    const bytes = bits ? (n * bits) / 8 + ((2 * n) / group) * floatBytes : n * (spec.float32 ? 4 : floatBytes);
+    const bytes = bits
+      ? (n * bits) / 8 + ((2 * n) / group) * floatBytes
+      : n * (spec.float32 ? 4 : floatBytes);
     if (spec.layer < 0) globals += bytes;
     else layers[spec.layer] += bytes;
   }
@@ -49,10 +52,14 @@ export function planSplit(bytes: WeightBytes, shares: readonly number[]): LayerR
   const L = bytes.layers.length;
   const N = shares.length;
   if (N < 1 || shares.some((s) => !(s > 0))) {
-    throw new InvalidArgumentError(`pipeline split: shares must be positive numbers, got [${shares.join(", ")}]`);
+    throw new InvalidArgumentError(
+      `pipeline split: shares must be positive numbers, got [${shares.join(", ")}]`,
+    );
   }
   if (L < N) {
-    throw new InvalidArgumentError(`pipeline split: ${N} ranks need at least ${N} layers; the model has ${L}`);
+    throw new InvalidArgumentError(
+      `pipeline split: ${N} ranks need at least ${N} layers; the model has ${L}`,
+    );
   }
   const total = bytes.globals + bytes.layers.reduce((a, b) => a + b, 0);
   const sumShares = shares.reduce((a, b) => a + b, 0);
@@ -80,7 +87,9 @@ export function planSplit(bytes: WeightBytes, shares: readonly number[]): LayerR
 /** Explicit layer counts per rank (e.g. `--pipeline-split 6,9,9`) as ranges; they must add up to the model's layers. */
 export function splitFromCounts(counts: readonly number[], layers: number): LayerRange[] {
   if (counts.some((c) => !Number.isInteger(c) || c < 1)) {
-    throw new InvalidArgumentError(`pipeline split: layer counts must be positive integers, got [${counts.join(", ")}]`);
+    throw new InvalidArgumentError(
+      `pipeline split: layer counts must be positive integers, got [${counts.join(", ")}]`,
+    );
   }
   const sum = counts.reduce((a, b) => a + b, 0);
   if (sum !== layers) {

@@ -21,7 +21,9 @@ export type { WorkerStats };
  */
 export async function runMlxWorker(
   ref: string,
-  opts: LoadMlxModelOptions & { onReady?: (info: { rank: number; layers: { start: number; end: number } }) => void },
+  opts: LoadMlxModelOptions & {
+    onReady?: (info: { rank: number; layers: { start: number; end: number } }) => void;
+  },
 ): Promise<WorkerStats> {
   const d = opts.distributed ?? {};
   const r = await resolveLoad(ref, opts);

@@ -390,7 +390,11 @@ async function buildParts(
         const lmHead = view.tied ? embedding : asWeight(readParam(view, spec("lm_head"), opts));
         return { embedding, lmHead, norm: asArray(readParam(view, spec("model.norm.weight"), opts)) };
       });
-      const globalArrays = [...weightArrays(globals.embedding), ...weightArrays(globals.lmHead), globals.norm];
+      const globalArrays = [
+        ...weightArrays(globals.embedding),
+        ...weightArrays(globals.lmHead),
+        globals.norm,
+      ];
       built.push(...mx.keep(globalArrays));
       await mx.asyncEval(globalArrays);
       progress?.onProgress?.({ done: 1, total });
