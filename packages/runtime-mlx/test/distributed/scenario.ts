@@ -5,6 +5,16 @@
  */
 import type { MlxQwen35 } from "../../src/index.js";
 
+/** A model for the ranks to load: a checkpoint folder, its prefill chunk, an explicit split. */
+export interface RankModel {
+  name: string;
+  path: string;
+  prefillChunk: number;
+  split?: number[];
+  /** Per rank, another path (to start ranks with different models). */
+  rankPaths?: string[];
+}
+
 export interface ScenarioResult {
   /** Logits rows in order: prefillAll rows, then one per prefill/decode call. */
   rows: number[][];
@@ -46,4 +56,13 @@ export async function runScenario(model: MlxQwen35, prompt: number[]): Promise<S
     rows.push(Array.from(logits));
   }
   return { rows, tokens };
+}
+
+/** Largest |a - b| over all rows. */
+export function maxRowDiff(a: readonly number[][], b: readonly number[][]): number {
+  let d = 0;
+  for (let i = 0; i < a.length; i++) {
+    for (let j = 0; j < a[i].length; j++) d = Math.max(d, Math.abs(a[i][j] - b[i][j]));
+  }
+  return d;
 }
