@@ -3,7 +3,7 @@
  * through a native addon over MLX's C++ API: the array layer (`mx`) and the model (`loadMlxModel`).
  */
 export type { DistributedBackend, JoinOptions } from "./distributed/group.js";
-export { DistributedGroup, joinGroup, launchedRank } from "./distributed/group.js";
+export { DEFAULT_JOIN_TIMEOUT_MS, DistributedGroup, joinGroup, launchedRank } from "./distributed/group.js";
 export type { Host, Hostfile, RingOptions } from "./distributed/hostfile.js";
 export {
   DEFAULT_STARTING_PORT,
@@ -15,6 +15,7 @@ export {
 } from "./distributed/hostfile.js";
 export type { LaunchedJob, LaunchedRank, LaunchOptions, RankExit } from "./distributed/launch.js";
 export { launchRing } from "./distributed/launch.js";
+export { DEFAULT_STEP_TIMEOUT_MS } from "./distributed/pipeline.js";
 export type { LayerRange, WeightBytes } from "./distributed/split.js";
 export { planSplit, splitFromCounts, weightBytes } from "./distributed/split.js";
 export type { WorkerStats } from "./distributed/worker.js";

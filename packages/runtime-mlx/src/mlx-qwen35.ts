@@ -21,15 +21,15 @@ import {
   resolveModelRef,
 } from "@anemll-qwen35/ir/checkpoint";
 import { type DtypeLike, toDtype } from "./array.js";
+import { DEFAULT_JOIN_TIMEOUT_MS, type JoinOptions, joinGroup } from "./distributed/group.js";
+import { PipelineHead, type PipelineOptions } from "./distributed/pipeline.js";
+import type { LayerRange } from "./distributed/split.js";
+import { planStages, type StageRequest } from "./distributed/stages.js";
 import { DistributedError, ModelDisposedError, RuntimeMlxError } from "./errors.js";
 import * as mx from "./mlx.js";
 import type { Dtype, MxArray } from "./native.js";
 import { type GdnState, gdnStateArrays, KvCache } from "./qwen35/cache.js";
 import { type CheckpointFormat, openCheckpoint } from "./qwen35/checkpoint.js";
-import { DEFAULT_JOIN_TIMEOUT_MS, type JoinOptions, joinGroup } from "./distributed/group.js";
-import { PipelineHead, type PipelineOptions } from "./distributed/pipeline.js";
-import type { LayerRange } from "./distributed/split.js";
-import { planStages, type StageRequest } from "./distributed/stages.js";
 import { forward, type Qwen35Weights } from "./qwen35/model.js";
 import { type BuildProgress, buildWeights, validateMlx, weightsArrays } from "./qwen35/weights.js";
 
@@ -52,7 +52,8 @@ export interface LoadMlxModelOptions {
   prefillChunk?: number;
   /**
    * Pipelined decode (see the module comment): true always speculates on the argmax, false never,
-   * "auto" (default) speculates while the fed tokens keep matching the argmax (greedy decoding).
+   * "auto" (default) speculates while the fed tokens keep matching the argmax (greedy decoding). A
+   * model split across ranks never speculates (see loadMlxModel).
    */
   pipeline?: boolean | "auto";
   /** MLX device (default: MLX's default, the GPU when Metal is available). */
@@ -608,7 +609,10 @@ export async function loadMlxModel(ref: string, opts: LoadMlxModelOptions = {}):
       kvStep: r.kv.step,
       preallocate: r.kv.preallocate,
       prefillChunk: r.prefillChunk,
-      pipeline: opts.pipeline ?? "auto",
+      // Split across ranks, a step is built only once the one before has come back: MLX's ring
+      // never completes an operation queued after it lost a peer, and a speculative step queued in
+      // that window would hold the group's stream (and MLX's shared task count) for good.
+      pipeline: ranks ? false : (opts.pipeline ?? "auto"),
       ranks,
     });
   } finally {

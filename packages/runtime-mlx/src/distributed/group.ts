@@ -127,7 +127,7 @@ export class DistributedGroup {
               reject(
                 new DistributedError(
                   "E_MLX_DIST_PEER",
-                  `${o.what}: no answer from the other ranks in ${(o.timeoutMs! / 1000).toFixed(0)} s ` +
+                  `${o.what}: no answer from the other ranks in ${seconds(o.timeoutMs!)} ` +
                     `(rank ${this.rank} waits for ${this.describe(this.previous)}); a rank is stuck or its machine is unreachable`,
                 ),
               );
@@ -159,6 +159,9 @@ export class DistributedGroup {
     );
   }
 }
+
+/** 1500 → "1.5 s", 60000 → "60 s". */
+const seconds = (ms: number) => `${Number((ms / 1000).toFixed(1))} s`;
 
 let joined: Promise<DistributedGroup> | undefined;
 
@@ -231,7 +234,7 @@ async function join(o: JoinOptions): Promise<DistributedGroup> {
 }
 
 function joinTimeoutMessage(rank: number, addresses: string[][] | undefined, ms: number): string {
-  const s = `${(ms / 1000).toFixed(0)} s`;
+  const s = seconds(ms);
   if (!addresses) return `the distributed group did not form within ${s}`;
   const size = addresses.length;
   const left = (rank + size - 1) % size;

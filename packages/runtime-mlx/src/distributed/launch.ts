@@ -5,6 +5,10 @@
  * hostfile's `envs`, in the same folder. Hosts named 127.0.0.1 / localhost / ::1 run here; the others
  * through ssh (the same command must exist at the same path there).
  *
+ * Local ranks run in process groups of their own, so that a Ctrl-C in the terminal reaches only the
+ * launcher, which decides whom to tell (see LaunchedJob.stop and the CLI's launch command); when the
+ * launcher's process exits, the ranks still running are killed.
+ *
  * What happens when a rank ends is chosen for serving: when rank 0 ends, the others get `graceMs` to
  * follow (rank 0 tells them to stop) and are then killed; when another rank ends, the remaining
  * ranks after 0 are stopped too (the ring is broken) but rank 0 runs on — it notices the lost rank
@@ -90,6 +94,7 @@ export function launchRing(o: LaunchOptions): LaunchedJob {
         cwd,
         env: { ...process.env, ...envs, MLX_RANK: String(rank), MLX_HOSTFILE: localHostfile },
         stdio: ["ignore", "pipe", "pipe"],
+        detached: true,
       });
     } else {
       // Written on that host: the ring file, then the rank replaces the shell (so $$ is its pid).
@@ -136,16 +141,12 @@ export function launchRing(o: LaunchOptions): LaunchedJob {
     return { rank, host: host.ssh, remote, process: child, exited };
   });
 
+  const running = (r: LaunchedRank) => r.process.exitCode === null && r.process.signalCode === null;
   let stopping = false;
   const stopRanks = (which: (r: LaunchedRank) => boolean) => {
-    for (const r of ranks) {
-      if (which(r) && r.process.exitCode === null && r.process.signalCode === null) killers[r.rank]();
-    }
+    for (const r of ranks) if (which(r) && running(r)) killers[r.rank]();
     const hard = setTimeout(() => {
-      for (const r of ranks) {
-        if (which(r) && r.process.exitCode === null && r.process.signalCode === null)
-          r.process.kill("SIGKILL");
-      }
+      for (const r of ranks) if (which(r) && running(r)) r.process.kill("SIGKILL");
     }, graceMs);
     hard.unref();
   };
@@ -160,7 +161,13 @@ export function launchRing(o: LaunchOptions): LaunchedJob {
       }
     });
   }
+  const killOnExit = () => {
+    for (const r of ranks) if (running(r)) r.process.kill("SIGKILL");
+    rmSync(tmp, { recursive: true, force: true });
+  };
+  process.once("exit", killOnExit);
   const done = Promise.all(ranks.map((r) => r.exited)).then((exits) => {
+    process.removeListener("exit", killOnExit);
     rmSync(tmp, { recursive: true, force: true });
     return exits[0];
   });

@@ -21,7 +21,7 @@ import { DistributedError, MlxError } from "../errors.js";
 import * as mx from "../mlx.js";
 import type { Dtype, MxArray } from "../native.js";
 import { type GdnState, gdnStateArrays, KvCache } from "../qwen35/cache.js";
-import { embed } from "../qwen35/linear.js";
+import { embed, linear } from "../qwen35/linear.js";
 import {
   type ForwardState,
   finalNorm,
@@ -29,7 +29,6 @@ import {
   type Qwen35Weights,
   runLayers,
 } from "../qwen35/model.js";
-import { linear } from "../qwen35/linear.js";
 import type { DistributedGroup } from "./group.js";
 import type { LayerRange } from "./split.js";
 
@@ -37,7 +36,7 @@ import type { LayerRange } from "./split.js";
 const HEADER_LENGTH = 8;
 /** "Q35" + protocol version 1: a rank built from other code is refused, not misread. */
 const MAGIC = 0x51333501;
-const enum Op {
+enum Op {
   Step = 1,
   Ping = 2,
   Shutdown = 3,

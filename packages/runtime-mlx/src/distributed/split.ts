@@ -3,8 +3,9 @@
  * norm and the head (it owns the tokens and sampling), so it takes fewer layers. Layers are never cut
  * (a MoE layer keeps all its experts), and the bytes each rank holds follow its share of memory.
  */
-import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
+
 import { InvalidArgumentError } from "@anemll-qwen35/core";
+import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import type { Dtype } from "../native.js";
 import { isQuantizable, paramSpecs } from "../qwen35/params.js";
 import type { LayerRange } from "../qwen35/weights.js";

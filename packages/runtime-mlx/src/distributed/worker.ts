@@ -3,8 +3,8 @@
  * rank's layers, and run them for rank 0 until it stops (see pipeline.ts).
  */
 import { DistributedError } from "../errors.js";
-import { type LoadMlxModelOptions, resolveLoad, stageRequest } from "../mlx-qwen35.js";
 import * as mx from "../mlx.js";
+import { type LoadMlxModelOptions, resolveLoad, stageRequest } from "../mlx-qwen35.js";
 import { openCheckpoint } from "../qwen35/checkpoint.js";
 import { buildLayers, validateMlx, weightsArrays } from "../qwen35/weights.js";
 import { DEFAULT_JOIN_TIMEOUT_MS, joinGroup } from "./group.js";
