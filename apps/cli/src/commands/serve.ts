@@ -82,7 +82,7 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
         ...split.source,
         onReady: (r) =>
           out.notice(
-            `rank ${r.rank}: layers ${r.layers.start}-${r.layers.end - 1} of ${split.name} loaded; serving them for rank 0`,
+            `rank ${r.rank} (pid ${process.pid}): layers ${r.layers.start}-${r.layers.end - 1} of ${split.name} loaded; serving them for rank 0`,
           ),
       });
       out.notice(`rank ${stats.rank}: rank 0 stopped after ${stats.steps} step(s); done`);
