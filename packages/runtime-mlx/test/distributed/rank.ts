@@ -13,21 +13,46 @@ import { type RankModel, runScenario, type ScenarioResult } from "./scenario.js"
 
 export type RankJob =
   | { mode: "scenario"; out: string; models: RankModel[]; prompt: number[]; stepTimeoutMs?: number }
-  | { mode: "decode"; model: RankModel; steps: number; stepTimeoutMs: number };
+  | { mode: "decode"; model: RankModel; steps: number; stepTimeoutMs?: number }
+  | {
+      mode: "bench";
+      model: RankModel;
+      prompt: number[];
+      decodeTokens: number;
+      pings: number;
+      stepTimeoutMs?: number;
+    };
+
+/** What each rank of a "bench" job prints as "STATS <json>" at the end. */
+export interface RankStats {
+  rank: number;
+  layers: { start: number; end: number };
+  /** MLX's active memory once loaded (about the weights), and its peak over the run. */
+  loadedBytes: number;
+  peakBytes: number;
+  /** The process's peak resident set. */
+  maxRssBytes: number;
+  /** Rank 0 only. */
+  loadMs?: number;
+  prefillMs?: number;
+  decodeStepMs?: number[];
+  pingMs?: number[];
+}
 
 const job = JSON.parse(process.argv[2]) as RankJob;
 mx.setDefaultDevice("cpu");
-const rank0 = launchedRank() === 0;
+const rank0 = (launchedRank() ?? 0) === 0;
 const distributed = (m: RankModel, stepTimeoutMs = 60_000) => ({
   timeoutMs: 30_000,
   stepTimeoutMs,
   loadTimeoutMs: 120_000,
   split: m.split,
 });
+// started alone (no MLX_RANK): one plain process, the baseline
 const options = (m: RankModel, stepTimeoutMs?: number) => ({
   dtype: "float32" as const,
   prefillChunk: m.prefillChunk,
-  distributed: distributed(m, stepTimeoutMs),
+  distributed: launchedRank() === undefined ? undefined : distributed(m, stepTimeoutMs),
 });
 
 const logitsOf = (o: unknown) => (o as { logits: Float32Array }).logits;
@@ -60,6 +85,9 @@ if (job.mode === "scenario") {
     process.exit(1);
   }
   if (rank0) writeFileSync(job.out, JSON.stringify(results));
+} else if (job.mode === "bench") {
+  const stats = rank0 ? await benchRank0(job) : await benchWorker(job);
+  console.log(`STATS ${JSON.stringify(stats)}`);
 } else if (rank0) {
   const model = await loadMlxModel(job.model.path, options(job.model, job.stepTimeoutMs));
   let logits = logitsOf(await model.prefill([1, 2, 3]));
@@ -88,4 +116,61 @@ if (job.mode === "scenario") {
   if (!failedAt) await model.dispose();
 } else {
   await runMlxWorker(job.model.path, options(job.model, job.stepTimeoutMs));
+}
+
+type BenchJob = Extract<RankJob, { mode: "bench" }>;
+
+/** Rank 0 of a benchmark (or the one process, when started alone): load, warm up, time, ping. */
+async function benchRank0(job: BenchJob): Promise<RankStats> {
+  const started = performance.now();
+  const model = await loadMlxModel(job.model.path, options(job.model, job.stepTimeoutMs));
+  const loadMs = performance.now() - started;
+  const loadedBytes = mx.getActiveMemory();
+  let tok = argmax(logitsOf(await model.prefill(job.prompt.slice(0, 8))));
+  for (let i = 0; i < 2; i++) tok = argmax(logitsOf(await model.decode(tok)));
+  model.reset();
+  mx.resetPeakMemory();
+  let t = performance.now();
+  tok = argmax(logitsOf(await model.prefill(job.prompt)));
+  const prefillMs = performance.now() - t;
+  const decodeStepMs: number[] = [];
+  for (let i = 0; i < job.decodeTokens; i++) {
+    t = performance.now();
+    tok = argmax(logitsOf(await model.decode(tok)));
+    decodeStepMs.push(performance.now() - t);
+  }
+  const pingMs: number[] = [];
+  if (model.ranks) for (let i = 0; i < job.pings; i++) pingMs.push(await model.pingRanks());
+  const layers = model.ranks?.layers[0] ?? { start: 0, end: model.config.numHiddenLayers };
+  const peakBytes = mx.getPeakMemory();
+  await model.dispose();
+  return {
+    rank: 0,
+    layers,
+    loadedBytes,
+    peakBytes,
+    maxRssBytes: process.resourceUsage().maxRSS * 1024,
+    loadMs,
+    prefillMs,
+    decodeStepMs,
+    pingMs,
+  };
+}
+
+async function benchWorker(job: BenchJob): Promise<RankStats> {
+  let loadedBytes = 0;
+  const stats = await runMlxWorker(job.model.path, {
+    ...options(job.model, job.stepTimeoutMs),
+    onReady: () => {
+      loadedBytes = mx.getActiveMemory();
+      mx.resetPeakMemory();
+    },
+  });
+  return {
+    rank: stats.rank,
+    layers: stats.layers,
+    loadedBytes,
+    peakBytes: stats.peakBytes,
+    maxRssBytes: process.resourceUsage().maxRSS * 1024,
+  };
 }

@@ -2,7 +2,9 @@
  * Starts the rank processes of the distributed tests and benchmarks on 127.0.0.1 (MLX's ring
  * backend over TCP, as on several Macs) with launchRing, each running rank.ts under tsx.
  */
+import { spawn } from "node:child_process";
 import { createServer } from "node:net";
+import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { hostsFromList, type LaunchedJob, launchRing } from "../../src/index.js";
 import type { RankJob } from "./rank.js";
@@ -54,4 +56,21 @@ export async function startRanks(
     },
   });
   return ranks as Ranks;
+}
+
+/** Runs rank.ts as one plain process (no group): the baseline the ranks are compared with. */
+export function runAlone(job: RankJob): Promise<{ code: number | null; lines: string[] }> {
+  const env = { ...process.env };
+  delete env.MLX_RANK;
+  delete env.MLX_HOSTFILE;
+  const child = spawn(
+    process.execPath,
+    ["--conditions=source", "--import", "tsx", RANK_SCRIPT, JSON.stringify(job)],
+    { env, stdio: ["ignore", "pipe", "pipe"] },
+  );
+  const lines: string[] = [];
+  for (const stream of [child.stdout, child.stderr]) {
+    createInterface({ input: stream }).on("line", (l) => lines.push(`[0] ${l}`));
+  }
+  return new Promise((resolve) => child.on("exit", (code) => resolve({ code, lines })));
 }
