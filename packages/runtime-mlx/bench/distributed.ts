@@ -26,23 +26,9 @@ import { mx } from "../src/index.js";
 import type { RankJob, RankStats } from "../test/distributed/rank.js";
 import { runAlone, startRanks } from "../test/distributed/ranks.js";
 import { maxRowDiff, type RankModel, type ScenarioResult } from "../test/distributed/scenario.js";
-import { ensureMoeBenchCheckpoint } from "./configs.js";
+import { ensureMoeBenchCheckpoint, median, seededIds } from "./common.js";
 
 const HERE = fileURLToPath(new URL(".", import.meta.url));
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-
-function seededIds(n: number, range: number, seed: number): number[] {
-  let s = seed >>> 0;
-  return Array.from({ length: n }, () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s % range;
-  });
-}
 
 /** Runs `job` on `size` ranks (1: one plain process); returns every rank's output lines. */
 async function run(size: number, job: RankJob): Promise<string[]> {

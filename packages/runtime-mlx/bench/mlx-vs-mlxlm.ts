@@ -26,7 +26,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { defaultSyntheticDir, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { loadMlxModel, mx } from "../src/index.js";
-import { ensureMoeBenchCheckpoint, MOE_BENCH_NAME } from "./configs.js";
+import { ensureMoeBenchCheckpoint, MOE_BENCH_NAME, median, seededIds } from "./common.js";
 
 const HERE = fileURLToPath(new URL(".", import.meta.url));
 const REPO = resolve(HERE, "../../..");
@@ -53,23 +53,6 @@ interface RunResult {
   load_s: number;
   tokens: number[];
   mlx_version: string;
-}
-
-/** Median of the values. */
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-
-function seededIds(n: number, range: number, seed: number): number[] {
-  let s = seed >>> 0;
-  const out: number[] = [];
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out.push(s % range);
-  }
-  return out;
 }
 
 const argmax = (a: Float32Array): number => {

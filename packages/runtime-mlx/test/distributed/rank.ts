@@ -9,7 +9,7 @@
  */
 import { writeFileSync } from "node:fs";
 import { launchedRank, loadMlxModel, mx, runMlxWorker } from "../../src/index.js";
-import { type RankModel, runScenario, type ScenarioResult } from "./scenario.js";
+import { argmax, logitsOf, type RankModel, runScenario, type ScenarioResult } from "./scenario.js";
 
 export type RankJob =
   | { mode: "scenario"; out: string; models: RankModel[]; prompt: number[]; stepTimeoutMs?: number }
@@ -54,14 +54,6 @@ const options = (m: RankModel, stepTimeoutMs?: number) => ({
   prefillChunk: m.prefillChunk,
   distributed: launchedRank() === undefined ? undefined : distributed(m, stepTimeoutMs),
 });
-
-const logitsOf = (o: unknown) => (o as { logits: Float32Array }).logits;
-
-const argmax = (a: Float32Array): number => {
-  let best = 0;
-  for (let i = 1; i < a.length; i++) if (a[i] > a[best]) best = i;
-  return best;
-};
 
 if (job.mode === "scenario") {
   const results: Record<string, ScenarioResult & { layers: { start: number; end: number }[] }> = {};

@@ -22,13 +22,13 @@ export interface ScenarioResult {
   tokens: number[];
 }
 
-const argmax = (a: Float32Array): number => {
+export const argmax = (a: Float32Array): number => {
   let best = 0;
   for (let i = 1; i < a.length; i++) if (a[i] > a[best]) best = i;
   return best;
 };
 
-const logitsOf = (o: unknown) => (o as { logits: Float32Array }).logits;
+export const logitsOf = (o: unknown) => (o as { logits: Float32Array }).logits;
 
 export async function runScenario(model: MlxQwen35, prompt: number[]): Promise<ScenarioResult> {
   const V = model.config.vocabSize;

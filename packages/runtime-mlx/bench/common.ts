@@ -1,4 +1,4 @@
-/** Checkpoint configs the benchmarks share. */
+/** What the benchmarks share: the scaled MoE checkpoint, seeded prompts, medians. */
 import { defaultSyntheticDir, publishedConfigJson, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 
 /** Folder name (under the synthetic cache) of the scaled MoE below. */
@@ -44,4 +44,22 @@ export async function ensureMoeBenchCheckpoint(): Promise<string> {
   });
   if (!r.skipped) console.log(`wrote ${r.dir} (${(r.bytes / 1e9).toFixed(2)} GB)`);
   return r.dir;
+}
+
+/** Median of the values. */
+export const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+
+/** n ids in [0, range) from a seeded LCG: the same prompt in every run. */
+export function seededIds(n: number, range: number, seed: number): number[] {
+  let s = seed >>> 0;
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    out.push(s % range);
+  }
+  return out;
 }
