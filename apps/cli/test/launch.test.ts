@@ -147,6 +147,9 @@ describe("anemll-qwen35 launch -- serve", () => {
     const none = await cli("launch", "--hosts", "missing.json", "--", "serve");
     expect(none.code).toBe(2);
     expect(none.stderr).toMatch(/no such hostfile: missing\.json/);
+    const notServe = await cli("launch", "--hosts", "127.0.0.1", "--", "run", "x", "hi");
+    expect(notServe.code).toBe(2);
+    expect(notServe.stderr).toMatch(/launch starts `serve` on every rank .* not `run`/);
     const split = await cli("serve", "--model", `big=mlx:${FIXTURES}/tiny-moe`, "--split", "big");
     expect(split.code).toBe(2);
     expect(split.stderr).toMatch(/--split and --split-layers need the ranks `anemll-qwen35 launch/);

@@ -29,7 +29,7 @@ export function registerLaunch(program: Command, ctx: Context, hooks: LaunchHook
     .description(
       "start this CLI on every host of an MLX hostfile (ring backend): `launch --hosts hosts.json -- serve --model big=mlx:PATH` serves a model split across the hosts",
     )
-    .argument("<command...>", "the anemll-qwen35 command every rank runs (after --)")
+    .argument("<command...>", "the serve command every rank runs (after --)")
     .requiredOption(
       "--hosts <file|list>",
       'MLX hostfile (JSON: [{"ssh": "mac1", "ips": ["10.0.0.1"]}, ...], rank i = host i), or hosts separated by commas',
@@ -63,7 +63,13 @@ export function registerLaunch(program: Command, ctx: Context, hooks: LaunchHook
         if (!m) throw new UsageError(`--env must be NAME=value, got "${e}"`);
         env[m[1]] = m[2];
       }
-      if (command[0] === "launch") throw new UsageError("launch cannot start launch");
+      // Only serve knows how to split a model across the ranks; any other command would run whole on each.
+      const sub = command.find((a) => !a.startsWith("-"));
+      if (sub !== "serve") {
+        throw new UsageError(
+          `launch starts \`serve\` on every rank (the command that splits a model across them), not ${sub ? `\`${sub}\`` : "nothing"}: launch --hosts hosts.json -- serve --model big=mlx:PATH`,
+        );
+      }
       const cli = hooks.cli ?? [process.execPath, ...process.execArgv, process.argv[1]];
       const size = hostfile.hosts.length;
       out.notice(
