@@ -63,7 +63,9 @@ export async function loadMlx(ref: string, dir: string, o: LoadModelOptions): Pr
  */
 export async function runModelRank(
   ref: string,
-  options: LoadModelOptions & { onReady?: (info: { rank: number; layers: { start: number; end: number } }) => void },
+  options: LoadModelOptions & {
+    onReady?: (info: { rank: number; layers: { start: number; end: number } }) => void;
+  },
 ): Promise<WorkerStats> {
   let dir: string;
   try {
@@ -73,5 +75,9 @@ export async function runModelRank(
   }
   chooseBackend(modelKind(dir, ref), options.backend === "auto" ? "mlx" : (options.backend ?? "mlx"), ref);
   const mlx = await runtimeMlx(ref);
-  return mlx.runMlxWorker(dir, { ...mlxOptions(options), distributed: options.distributed ?? {}, onReady: options.onReady });
+  return mlx.runMlxWorker(dir, {
+    ...mlxOptions(options),
+    distributed: options.distributed ?? {},
+    onReady: options.onReady,
+  });
 }
