@@ -114,6 +114,8 @@ describe("pipeline split by memory", () => {
 });
 
 const PROMPT = [12, 400, 7, 88, 901, 3, 45];
+/** Rank processes start, load and talk on a 2-core machine that may be busy. */
+const RANKS_TIMEOUT_MS = 180_000;
 const MODELS: RankModel[] = [
   { name: "dense", path: fixtureDir("tiny-gqa"), prefillChunk: 3 },
   { name: "moe", path: fixtureDir("tiny-moe"), prefillChunk: 2 },
@@ -130,83 +132,97 @@ describeMlx("a model split across 2 and 3 ranks (ring backend on 127.0.0.1)", ()
       single[m.name] = await runScenario(model, PROMPT);
       await model.dispose();
     }
-  });
+  }, 120_000);
   afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
   for (const size of [2, 3]) {
-    it(`${size} ranks give the same greedy tokens and logits (fp32, <= 1e-4) as one process, dense and MoE`, async () => {
-      const out = join(tmp, `ranks-${size}.json`);
-      const models =
-        size === 3 ? MODELS.map((m) => ({ ...m, split: m.name === "moe" ? [2, 3, 3] : undefined })) : MODELS;
-      const ranks = await startRanks(size, { mode: "scenario", out, models, prompt: PROMPT });
-      const exits = await Promise.all(ranks.job.ranks.map((r) => r.exited));
-      expect(exits, ranks.lines.join("\n")).toEqual(new Array(size).fill({ code: 0, signal: null }));
-      const split = JSON.parse(readFileSync(out, "utf8")) as Record<
-        string,
-        ScenarioResult & { layers: unknown[] }
-      >;
-      for (const m of models) {
-        const got = split[m.name];
-        expect(got.layers).toHaveLength(size);
-        expect(got.tokens).toEqual(single[m.name].tokens);
-        expect(got.rows.length).toBe(single[m.name].rows.length);
-        expect(maxRowDiff(got.rows, single[m.name].rows)).toBeLessThanOrEqual(1e-4);
-      }
-      if (size === 3)
-        expect(split.moe.layers).toEqual([
-          { start: 0, end: 2 },
-          { start: 2, end: 5 },
-          { start: 5, end: 8 },
-        ]);
-    });
+    it(
+      `${size} ranks give the same greedy tokens and logits (fp32, <= 1e-4) as one process, dense and MoE`,
+      async () => {
+        const out = join(tmp, `ranks-${size}.json`);
+        const models =
+          size === 3
+            ? MODELS.map((m) => ({ ...m, split: m.name === "moe" ? [2, 3, 3] : undefined }))
+            : MODELS;
+        const ranks = await startRanks(size, { mode: "scenario", out, models, prompt: PROMPT });
+        const exits = await Promise.all(ranks.job.ranks.map((r) => r.exited));
+        expect(exits, ranks.lines.join("\n")).toEqual(new Array(size).fill({ code: 0, signal: null }));
+        const split = JSON.parse(readFileSync(out, "utf8")) as Record<
+          string,
+          ScenarioResult & { layers: unknown[] }
+        >;
+        for (const m of models) {
+          const got = split[m.name];
+          expect(got.layers).toHaveLength(size);
+          expect(got.tokens).toEqual(single[m.name].tokens);
+          expect(got.rows.length).toBe(single[m.name].rows.length);
+          expect(maxRowDiff(got.rows, single[m.name].rows)).toBeLessThanOrEqual(1e-4);
+        }
+        if (size === 3)
+          expect(split.moe.layers).toEqual([
+            { start: 0, end: 2 },
+            { start: 2, end: 5 },
+            { start: 5, end: 8 },
+          ]);
+      },
+      RANKS_TIMEOUT_MS,
+    );
   }
 
-  it("a rank killed mid-generation: rank 0 fails with E_MODEL_UNAVAILABLE well before the step timeout, and stays failed", async () => {
-    const stepTimeoutMs = 20_000;
-    let killedAt = 0;
-    let failedAt = 0;
-    const ranks = await startRanks(
-      3,
-      { mode: "decode", model: MODELS[1], steps: 100_000, stepTimeoutMs },
-      (rank, line, r) => {
-        if (rank === 0 && line === "STEP 5" && !killedAt) {
-          killedAt = performance.now();
-          r.job.ranks[1].process.kill("SIGKILL");
-        }
-        if (rank === 0 && line.startsWith("FAILED ")) failedAt = performance.now();
-      },
-    );
-    const exits = await Promise.all(ranks.job.ranks.map((r) => r.exited));
-    const failed = ranks.lines.find((l) => l.startsWith("[0] FAILED "));
-    expect(failed, ranks.lines.join("\n")).toBeDefined();
-    const report = JSON.parse(failed!.slice("[0] FAILED ".length));
-    expect(report.code).toBe("E_MODEL_UNAVAILABLE");
-    expect(report.message).toMatch(/3 ranks .* lost a rank .*connection to a peer was lost/);
-    expect(report.later.code).toBe("E_MODEL_UNAVAILABLE");
-    expect(report.unavailable).toBe("E_MODEL_UNAVAILABLE");
-    expect(report.disposeMs).toBeLessThan(2_000);
-    // MLX notices the closed socket: no need to wait for the step timeout
-    expect(failedAt - killedAt).toBeLessThan(stepTimeoutMs / 2);
-    expect(exits[0]).toEqual({ code: 0, signal: null });
-    expect(exits[1].signal).toBe("SIGKILL");
-    // rank 2 lost its neighbours too: the launcher stopped it
-    expect(exits[2].code !== 0 || exits[2].signal !== null).toBe(true);
-  });
-
-  it("ranks started with different models refuse to pair (E_MLX_DIST_MISMATCH on every rank)", async () => {
-    const out = join(tmp, "mismatch.json");
-    const model = { ...MODELS[0], rankPaths: [MODELS[0].path, MODELS[1].path] };
-    const ranks = await startRanks(2, { mode: "scenario", out, models: [model], prompt: PROMPT });
-    const exits = await Promise.all(ranks.job.ranks.map((r) => r.exited));
-    expect(exits.map((e) => e.code)).toEqual([1, 1]);
-    for (const rank of [0, 1]) {
-      const failed = ranks.lines.find((l) => l.startsWith(`[${rank}] FAILED `));
+  it(
+    "a rank killed mid-generation: rank 0 fails with E_MODEL_UNAVAILABLE well before the step timeout, and stays failed",
+    async () => {
+      const stepTimeoutMs = 20_000;
+      let killedAt = 0;
+      let failedAt = 0;
+      const ranks = await startRanks(
+        3,
+        { mode: "decode", model: MODELS[1], steps: 100_000, stepTimeoutMs },
+        (rank, line, r) => {
+          if (rank === 0 && line === "STEP 5" && !killedAt) {
+            killedAt = performance.now();
+            r.job.ranks[1].process.kill("SIGKILL");
+          }
+          if (rank === 0 && line.startsWith("FAILED ")) failedAt = performance.now();
+        },
+      );
+      const exits = await Promise.all(ranks.job.ranks.map((r) => r.exited));
+      const failed = ranks.lines.find((l) => l.startsWith("[0] FAILED "));
       expect(failed, ranks.lines.join("\n")).toBeDefined();
-      const report = JSON.parse(failed!.slice(`[${rank}] FAILED `.length));
-      expect(report.code).toBe("E_MLX_DIST_MISMATCH");
-      expect(report.message).toMatch(/was started with another model or other options/);
-    }
-  });
+      const report = JSON.parse(failed!.slice("[0] FAILED ".length));
+      expect(report.code).toBe("E_MODEL_UNAVAILABLE");
+      expect(report.message).toMatch(/3 ranks .* lost a rank .*connection to a peer was lost/);
+      expect(report.later.code).toBe("E_MODEL_UNAVAILABLE");
+      expect(report.unavailable).toBe("E_MODEL_UNAVAILABLE");
+      expect(report.disposeMs).toBeLessThan(2_000);
+      // MLX notices the closed socket: no need to wait for the step timeout
+      expect(failedAt - killedAt).toBeLessThan(stepTimeoutMs / 2);
+      expect(exits[0]).toEqual({ code: 0, signal: null });
+      expect(exits[1].signal).toBe("SIGKILL");
+      // rank 2 lost its neighbours too: the launcher stopped it
+      expect(exits[2].code !== 0 || exits[2].signal !== null).toBe(true);
+    },
+    RANKS_TIMEOUT_MS,
+  );
+
+  it(
+    "ranks started with different models refuse to pair (E_MLX_DIST_MISMATCH on every rank)",
+    async () => {
+      const out = join(tmp, "mismatch.json");
+      const model = { ...MODELS[0], rankPaths: [MODELS[0].path, MODELS[1].path] };
+      const ranks = await startRanks(2, { mode: "scenario", out, models: [model], prompt: PROMPT });
+      const exits = await Promise.all(ranks.job.ranks.map((r) => r.exited));
+      expect(exits.map((e) => e.code)).toEqual([1, 1]);
+      for (const rank of [0, 1]) {
+        const failed = ranks.lines.find((l) => l.startsWith(`[${rank}] FAILED `));
+        expect(failed, ranks.lines.join("\n")).toBeDefined();
+        const report = JSON.parse(failed!.slice(`[${rank}] FAILED `.length));
+        expect(report.code).toBe("E_MLX_DIST_MISMATCH");
+        expect(report.message).toMatch(/was started with another model or other options/);
+      }
+    },
+    RANKS_TIMEOUT_MS,
+  );
 });
 
 describeMlx("joining a group that never forms", () => {

@@ -43,7 +43,7 @@ const job = JSON.parse(process.argv[2]) as RankJob;
 mx.setDefaultDevice("cpu");
 const rank0 = (launchedRank() ?? 0) === 0;
 const distributed = (m: RankModel, stepTimeoutMs = 60_000) => ({
-  timeoutMs: 30_000,
+  timeoutMs: 90_000,
   stepTimeoutMs,
   loadTimeoutMs: 120_000,
   split: m.split,
