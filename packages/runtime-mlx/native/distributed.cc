@@ -4,6 +4,13 @@
 // stream (the JS thread's default one, or the one setDefaultStream chose), and a stream runs its work
 // in the order it was scheduled: to pass a tensor to a peer and then wait for another, schedule the
 // send before building the receive.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <mutex>
 
 #include "common.h"
@@ -95,6 +102,62 @@ Napi::Value DistributedAllGather(const Napi::CallbackInfo& info) {
   return Wrap(info.Env(), mx::distributed::all_gather(args.array(0, "x"), GroupOrThrow("distributedAllGather")));
 }
 
+// The sockets this process accepted on its ring ports (from the previous rank): connected TCP
+// sockets whose local port is one of `ports`. MLX does not expose them; they are found once, by fd.
+std::vector<int> AcceptedSockets(const std::vector<int>& ports) {
+  static std::mutex mu;
+  static std::vector<int> found;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!found.empty()) return found;
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  // MLX opens its sockets early, among the first descriptors; Node may raise the limit to millions
+  const int limit = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 65536));
+  for (int fd = 0; fd < limit; fd++) {
+    int type = 0;
+    socklen_t len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;  // not connected
+    int port = -1;
+    if (local.ss_family == AF_INET) port = ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+    if (local.ss_family == AF_INET6) port = ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port);
+    if (std::find(ports.begin(), ports.end(), port) != ports.end()) found.push_back(fd);
+  }
+  return found;
+}
+
+// distributedWaitReadable(ports, timeoutMs) -> Promise<boolean | null>: waits (poll, no CPU) until a
+// socket accepted on one of this rank's ring ports has data or was closed; true then, false after
+// timeoutMs, null when no such socket is found (another backend). MLX's ring worker polls in a loop
+// while a receive is pending, so a rank that waits for the next step posts its receive only once
+// this says the data is there.
+Napi::Value DistributedWaitReadable(const Napi::CallbackInfo& info) {
+  Args args(info, "distributedWaitReadable");
+  std::vector<int> ports = args.ints(0, "ports");
+  int timeout = args.integer(1, "timeoutMs");
+  auto result = std::make_shared<int>(0);
+  return RunDetached(
+      info.Env(), "runtime-mlx:distributedWaitReadable",
+      [ports, timeout, result] {
+        std::vector<int> fds = AcceptedSockets(ports);
+        if (fds.empty()) {
+          *result = -1;
+          return;
+        }
+        std::vector<pollfd> p;
+        for (int fd : fds) p.push_back(pollfd{fd, POLLIN, 0});
+        int n = ::poll(p.data(), p.size(), timeout);
+        *result = n > 0 ? 1 : 0;
+      },
+      [result](Napi::Env env) -> Napi::Value {
+        if (*result < 0) return env.Null();
+        return Napi::Boolean::New(env, *result == 1);
+      });
+}
+
 }  // namespace
 
 void RegisterDistributed(Napi::Env env, Napi::Object exports) {
@@ -105,6 +168,7 @@ void RegisterDistributed(Napi::Env env, Napi::Object exports) {
   exports.Set("distributedRecv", Fn<DistributedRecv>(env, "distributedRecv"));
   exports.Set("distributedAllSum", Fn<DistributedAllSum>(env, "distributedAllSum"));
   exports.Set("distributedAllGather", Fn<DistributedAllGather>(env, "distributedAllGather"));
+  exports.Set("distributedWaitReadable", Fn<DistributedWaitReadable>(env, "distributedWaitReadable"));
 }
 
 }  // namespace rmlx

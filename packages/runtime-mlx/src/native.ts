@@ -241,6 +241,7 @@ export interface NativeBinding {
   distributedRecv(shape: number[], dtype: Dtype, src: number): A;
   distributedAllSum(x: A): A;
   distributedAllGather(x: A): A;
+  distributedWaitReadable(ports: number[], timeoutMs: number): Promise<boolean | null>;
   getActiveMemory(): number;
   getPeakMemory(): number;
   resetPeakMemory(): void;

@@ -147,6 +147,23 @@ export class DistributedGroup {
     });
   }
 
+  /**
+   * Resolves once the previous rank has sent something (or closed its connection), without using a
+   * CPU meanwhile: MLX's ring worker polls in a loop while a receive is pending, so a rank waiting
+   * for the next step posts its receive only after this. Resolves at once where the sockets are not
+   * found (another backend): the receive then waits MLX's way.
+   */
+  async waitForData(): Promise<void> {
+    const ports = (this.addresses?.[this.rank] ?? []).map((a) => splitAddress(a).port);
+    if (ports.length === 0) return;
+    const alive = setInterval(() => {}, 2 ** 30); // the native wait does not hold the process
+    try {
+      while ((await native().distributedWaitReadable(ports, 1_000)) === false);
+    } finally {
+      clearInterval(alive);
+    }
+  }
+
   /** An MLX failure while talking to the other ranks, as a DistributedError that names them. */
   peerError(what: string, cause: Error, afterMs?: number): DistributedError {
     const lost = /\[ring\]|connection|peer/i.test(cause.message);

@@ -282,10 +282,14 @@ export async function runPipelineWorker(
 
   try {
     for (;;) {
+      // Finish the previous step, then wait for the next header without a receive posted: MLX's
+      // ring worker spins while one is pending, and an idle server may send nothing for hours.
+      if (inflight.length) await g.wait(inflight, { what: `rank ${g.rank} finishing a step` });
+      mx.dispose(inflight);
+      inflight = [];
+      await g.waitForData();
       const headerIn = g.recv([HEADER_LENGTH], "int32", g.previous);
       await g.wait([headerIn], { what: `rank ${g.rank} waiting for the next step` });
-      mx.dispose(inflight); // the previous step ran before this header (one stream, in order)
-      inflight = [];
       const h = readHeader(headerIn, from);
       if (!last || h.op === Op.Shutdown) {
         // pass the header on (the last rank returns only the shutdown, as its acknowledgement)
