@@ -206,6 +206,24 @@ describeMlx("a model split across 2 and 3 ranks (ring backend on 127.0.0.1)", ()
   );
 
   it(
+    "a rank waiting for the next step uses no CPU (MLX's ring worker would spin on a posted receive)",
+    async () => {
+      const idleMs = 3_000;
+      const ranks = await startRanks(2, { mode: "idle", model: MODELS[1], idleMs });
+      const exits = await Promise.all(ranks.job.ranks.map((r) => r.exited));
+      expect(
+        exits.map((e) => e.code),
+        ranks.lines.join("\n"),
+      ).toEqual([0, 0]);
+      const line = ranks.lines.find((l) => l.startsWith("[1] IDLE "));
+      const { cpuMs } = JSON.parse(line!.slice("[1] IDLE ".length));
+      // spinning, it used 0.7 CPU-s per 3 s even on a machine loaded 10x over its cores
+      expect(cpuMs).toBeLessThan(250);
+    },
+    RANKS_TIMEOUT_MS,
+  );
+
+  it(
     "ranks started with different models refuse to pair (E_MLX_DIST_MISMATCH on every rank)",
     async () => {
       const out = join(tmp, "mismatch.json");

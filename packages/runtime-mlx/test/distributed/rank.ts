@@ -21,7 +21,8 @@ export type RankJob =
       decodeTokens: number;
       pings: number;
       stepTimeoutMs?: number;
-    };
+    }
+  | { mode: "idle"; model: RankModel; idleMs: number; stepTimeoutMs?: number };
 
 /** What each rank of a "bench" job prints as "STATS <json>" at the end. */
 export interface RankStats {
@@ -77,6 +78,23 @@ if (job.mode === "scenario") {
     process.exit(1);
   }
   if (rank0) writeFileSync(job.out, JSON.stringify(results));
+} else if (job.mode === "idle") {
+  // rank 0 loads, then sends nothing for idleMs; the others print the CPU time they used meanwhile
+  if (rank0) {
+    const model = await loadMlxModel(job.model.path, options(job.model, job.stepTimeoutMs));
+    await new Promise((r) => setTimeout(r, job.idleMs));
+    await model.dispose();
+  } else {
+    let ready: NodeJS.CpuUsage | undefined;
+    await runMlxWorker(job.model.path, {
+      ...options(job.model, job.stepTimeoutMs),
+      onReady: () => {
+        ready = process.cpuUsage();
+      },
+    });
+    const used = process.cpuUsage(ready);
+    console.log(`IDLE ${JSON.stringify({ cpuMs: (used.user + used.system) / 1000 })}`);
+  }
 } else if (job.mode === "bench") {
   const stats = rank0 ? await benchRank0(job) : await benchWorker(job);
   console.log(`STATS ${JSON.stringify(stats)}`);
