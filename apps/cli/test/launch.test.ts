@@ -95,7 +95,8 @@ describe("anemll-qwen35 launch -- serve", () => {
     const url = await new Promise<string>((ok, fail) => {
       const timer = setInterval(() => {
         const m = /serving the OpenAI API at (http:\/\/[\d.:]+)\/v1/.exec(stdout);
-        if (m) {
+        // the model lines follow the URL, maybe in a later chunk
+        if (m && /\n {2}small · /.test(stdout) && /\[rank 1\] rank 1 \(pid/.test(stderr)) {
           clearInterval(timer);
           ok(m[1]);
         }
