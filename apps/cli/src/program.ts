@@ -7,6 +7,7 @@ import { registerCostplan } from "./commands/costplan.js";
 import { registerDemo } from "./commands/demo.js";
 import { registerDoctor } from "./commands/doctor.js";
 import { registerInspect } from "./commands/inspect.js";
+import { registerLaunch } from "./commands/launch.js";
 import { registerProfile } from "./commands/profile.js";
 import { registerRun } from "./commands/run.js";
 import { registerServe } from "./commands/serve.js";
@@ -43,6 +44,7 @@ export function buildProgram(streams: Streams): Command {
   registerDemo(program, ctx);
   registerBench(program, ctx);
   registerServe(program, ctx);
+  registerLaunch(program, ctx);
   return program;
 }
 

@@ -26,6 +26,11 @@ export interface StepModel {
    * sampling configuration an argmax-only head cannot serve before any work is done.
    */
   readonly outputKind?: "logits" | "top1";
+  /**
+   * Set once the model can no longer run (e.g. a rank of a model split across machines was lost);
+   * every later call throws it. A server answers 503 for such a model and keeps serving the others.
+   */
+  readonly unavailable?: ModelUnavailableError;
   /** Forget all state; the next `prefill` starts at position 0. */
   reset(): void | Promise<void>;
   /**
@@ -46,6 +51,8 @@ export interface StepModel {
    * `SnapshotMismatchError`); the next step continues from `snapshot.position`.
    */
   restore?(snapshot: StateSnapshot): Promise<void>;
+  /** False when this instance cannot copy its state although its runtime can (a model split across ranks). */
+  readonly snapshots?: boolean;
   dispose(): void | Promise<void>;
 }
 
@@ -62,9 +69,11 @@ export interface StateSnapshot {
 /** A StepModel that can snapshot and restore its state. */
 export type SnapshotModel = StepModel & Required<Pick<StepModel, "snapshot" | "restore">>;
 
-/** True when `model` implements snapshot() and restore(). */
+/** True when `model` implements snapshot() and restore() and has not turned them off. */
 export function canSnapshot(model: StepModel): model is SnapshotModel {
-  return typeof model.snapshot === "function" && typeof model.restore === "function";
+  return (
+    typeof model.snapshot === "function" && typeof model.restore === "function" && model.snapshots !== false
+  );
 }
 
 /** restore() got a snapshot it cannot use: from another model, disposed, or of another shape. */
@@ -86,6 +95,13 @@ export class ContextOverflowError extends AnemllError {
     );
     this.promptTokens = promptTokens;
     this.contextLength = contextLength;
+  }
+}
+
+/** The model cannot run any more (see StepModel.unavailable); `message` says why and what to do. */
+export class ModelUnavailableError extends AnemllError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("E_MODEL_UNAVAILABLE", message, options);
   }
 }
 

@@ -2,3 +2,4 @@ export * from "./backend.js";
 export * from "./errors.js";
 export * from "./generation.js";
 export * from "./load.js";
+export { runModelRank } from "./mlx.js";

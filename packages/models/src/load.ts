@@ -26,6 +26,8 @@ import { ModelLoadError } from "./errors.js";
 import { generationDefaults, withTop1Default } from "./generation.js";
 import { loadMlx } from "./mlx.js";
 
+type DistributedOptions = import("@anemll-qwen35/runtime-mlx").DistributedOptions;
+
 export type LoadProgress =
   | ResolveProgress
   | {
@@ -71,6 +73,12 @@ export interface LoadModelOptions {
   bits?: 4 | 8;
   /** mlx: allocate the KV cache for the whole context at once instead of growing it. */
   preallocateKv?: boolean;
+  /**
+   * mlx: split the model across the ranks this process was launched with (`anemll-qwen35 launch`,
+   * MLX's ring backend); this process is rank 0 and the others run runModelRank. Resolves once every
+   * rank has loaded its layers.
+   */
+  distributed?: DistributedOptions;
   onProgress?: (event: LoadProgress) => void;
   signal?: AbortSignal;
 }
@@ -118,6 +126,9 @@ export async function loadModel(
   }
   const kind = modelKind(dir, ref);
   const backend = chooseBackend(kind, options.backend ?? "auto", ref);
+  if (options.distributed && backend !== "mlx") {
+    throw new ModelLoadError(ref, `only the mlx backend splits a model across ranks, not ${backend}`);
+  }
   const opened =
     backend === "mlx" ? await loadMlx(ref, dir, options) : await loadChain(dir, backend, options);
   try {

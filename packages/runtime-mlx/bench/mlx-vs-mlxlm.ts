@@ -24,8 +24,9 @@ import { cpus, loadavg, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { defaultSyntheticDir, publishedConfigJson, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
+import { defaultSyntheticDir, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { loadMlxModel, mx } from "../src/index.js";
+import { ensureMoeBenchCheckpoint, MOE_BENCH_NAME, median, seededIds } from "./common.js";
 
 const HERE = fileURLToPath(new URL(".", import.meta.url));
 const REPO = resolve(HERE, "../../..");
@@ -52,51 +53,6 @@ interface RunResult {
   load_s: number;
   tokens: number[];
   mlx_version: string;
-}
-
-/** The scaled-down 35B-A3B-style MoE: 256 experts, top-8, everything else divided down (see README). */
-export function moeBenchConfig(): Record<string, unknown> {
-  const config = publishedConfigJson("35b-a3b") as { text_config: Record<string, unknown> } & Record<
-    string,
-    unknown
-  >;
-  const layers = 8;
-  config.text_config = {
-    ...config.text_config,
-    hidden_size: 512,
-    num_hidden_layers: layers,
-    layer_types: Array.from({ length: layers }, (_, i) =>
-      (i + 1) % 4 === 0 ? "full_attention" : "linear_attention",
-    ),
-    num_attention_heads: 4,
-    num_key_value_heads: 1,
-    linear_num_key_heads: 4,
-    linear_num_value_heads: 8,
-    num_experts: 256,
-    num_experts_per_tok: 8,
-    moe_intermediate_size: 128,
-    shared_expert_intermediate_size: 128,
-    vocab_size: 62080,
-  };
-  (config.vision_config as Record<string, unknown>).out_hidden_size = 512;
-  return config;
-}
-
-/** Median of the values. */
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-
-function seededIds(n: number, range: number, seed: number): number[] {
-  let s = seed >>> 0;
-  const out: number[] = [];
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out.push(s % range);
-  }
-  return out;
 }
 
 const argmax = (a: Float32Array): number => {
@@ -184,15 +140,7 @@ async function ensureCheckpoints(only: Set<string>): Promise<void> {
     );
     await writeSyntheticCheckpoint({ size: "0.8b" });
   }
-  if (only.has("moe")) {
-    const r = await writeSyntheticCheckpoint({
-      config: moeBenchConfig(),
-      out: defaultSyntheticDir("moe-256x8-bench"),
-      mtp: false,
-      vision: false,
-    });
-    if (!r.skipped) console.log(`wrote ${r.dir} (${(r.bytes / 1e9).toFixed(2)} GB)`);
-  }
+  if (only.has("moe")) await ensureMoeBenchCheckpoint();
 }
 
 async function main() {
@@ -242,7 +190,7 @@ async function main() {
       description:
         "synthetic MoE, 35B-A3B expert routing (256 experts, top-8) scaled down: 8 layers (DDDA x2), hidden 512, " +
         "attention 4q/1kv x 256, GDN 4k/8v heads x 128, expert and shared FFN 128, vocab 62080; 4-bit at load, fp32 activations",
-      model: defaultSyntheticDir("moe-256x8-bench"),
+      model: defaultSyntheticDir(MOE_BENCH_NAME),
       dtype: "float32",
       bits: 4,
       promptTokens: quick ? 16 : 128,

@@ -37,6 +37,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   RegisterIo(env, exports);
   RegisterRuntime(env, exports);
   RegisterCpuKernels(env, exports);
+  RegisterDistributed(env, exports);
   exports.Set("mlxVersion", Napi::String::New(env, runtime));
   exports.Set("headerVersion", Napi::String::New(env, header));
   exports.Set("builtAgainst", Napi::String::New(env, RUNTIME_MLX_BUILT_AGAINST));

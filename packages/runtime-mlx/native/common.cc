@@ -3,6 +3,9 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 #include "array.h"
 
@@ -46,6 +49,92 @@ void ThrowDisposed(Napi::Env env, const std::string& message) {
 
 void ThrowType(Napi::Env env, const std::string& message) {
   throw Napi::TypeError::New(env, message);
+}
+
+Napi::Value MlxErrorValue(Napi::Env env, const std::string& message) {
+  Napi::FunctionReference& ctor = Data(env).mlxErrorCtor;
+  Napi::String text = Napi::String::New(env, message);
+  return ctor.IsEmpty() ? Napi::Error::New(env, message).Value() : ctor.New({text});
+}
+
+namespace {
+
+// A detached thread may outlive the Node environment (the process exits while it still waits). It
+// must then never touch the thread-safe function, which Node frees at teardown: an environment
+// cleanup hook, registered after the function's own so that it runs first, marks the job's guard
+// `gone` under the lock the thread holds while it calls into the function.
+struct DetachedGuard {
+  std::mutex mu;
+  bool gone = false;
+};
+
+void OnEnvCleanup(void* arg) {
+  auto* guard = static_cast<std::shared_ptr<DetachedGuard>*>(arg);
+  {
+    std::lock_guard<std::mutex> lock((*guard)->mu);
+    (*guard)->gone = true;
+  }
+  delete guard;
+}
+
+struct DetachedJob;
+void SettleDetached(Napi::Env env, Napi::Function, std::nullptr_t*, DetachedJob* job);
+using DetachedTsfn = Napi::TypedThreadSafeFunction<std::nullptr_t, DetachedJob, SettleDetached>;
+
+struct DetachedJob {
+  std::function<void()> work;
+  std::function<Napi::Value(Napi::Env)> done;
+  Napi::Promise::Deferred deferred;
+  std::optional<std::string> error;
+  std::shared_ptr<DetachedGuard>* hook;  // the cleanup hook's argument, while it is registered
+  DetachedTsfn tsfn;
+};
+
+void SettleDetached(Napi::Env env, Napi::Function, std::nullptr_t*, DetachedJob* job) {
+  std::unique_ptr<DetachedJob> owned(job);
+  if (env == nullptr) return;  // teardown: the hook has run (and freed its argument); nobody to tell
+  // Released here, on the JS thread: once its call is queued the thread never touches it again.
+  job->tsfn.Release();
+  napi_remove_env_cleanup_hook(env, OnEnvCleanup, job->hook);
+  delete job->hook;
+  if (!job->error) {
+    try {
+      job->deferred.Resolve(job->done(env));
+      return;
+    } catch (const Napi::Error& e) {
+      job->deferred.Reject(e.Value());
+      return;
+    } catch (const std::exception& e) {
+      job->error = e.what();
+    }
+  }
+  job->deferred.Reject(MlxErrorValue(env, *job->error));
+}
+
+}  // namespace
+
+Napi::Promise RunDetached(Napi::Env env, const char* name, std::function<void()> work,
+                          std::function<Napi::Value(Napi::Env)> done) {
+  auto guard = std::make_shared<DetachedGuard>();
+  DetachedTsfn tsfn = DetachedTsfn::New(env, name, 0, 1);
+  tsfn.Unref(env);
+  auto* job = new DetachedJob{std::move(work), std::move(done), Napi::Promise::Deferred::New(env), std::nullopt,
+                              new std::shared_ptr<DetachedGuard>(guard), tsfn};
+  Napi::Promise promise = job->deferred.Promise();
+  napi_add_env_cleanup_hook(env, OnEnvCleanup, job->hook);
+  std::thread([tsfn, job, guard]() mutable {
+    try {
+      job->work();
+    } catch (const std::exception& e) {
+      job->error = e.what();
+    } catch (...) {
+      job->error = "unknown native error";
+    }
+    std::lock_guard<std::mutex> lock(guard->mu);
+    if (guard->gone) return;  // the environment is gone: leave the job (the process is ending)
+    tsfn.BlockingCall(job);   // SettleDetached owns the job (and releases the function) from here
+  }).detach();
+  return promise;
 }
 
 mx::Dtype ParseDtype(Napi::Env env, const std::string& name) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,18 @@ AddonData& Data(Napi::Env env);
 [[noreturn]] void ThrowDisposed(Napi::Env env, const std::string& message);
 /** Throws a TypeError: a JS argument has the wrong type or range. */
 [[noreturn]] void ThrowType(Napi::Env env, const std::string& message);
+/** A TS `MlxError` (or a plain Error before the TS layer registered it), to reject a Promise with. */
+Napi::Value MlxErrorValue(Napi::Env env, const std::string& message);
+
+/**
+ * Runs `work` on a new detached thread, then `done` on the JS thread, and settles the returned Promise
+ * with `done`'s value (or rejects with MlxError when either throws). The thread does not keep the
+ * event loop alive: a caller waiting on something that may never finish (a peer that never answers)
+ * keeps the loop alive with its own timer and gives up on its own terms; the thread then stays blocked
+ * until the process ends, and `done` never runs.
+ */
+Napi::Promise RunDetached(Napi::Env env, const char* name, std::function<void()> work,
+                          std::function<Napi::Value(Napi::Env)> done);
 
 /** Runs `f` as one error boundary: MLX's std::exceptions become MlxError, JS errors pass through. */
 template <typename F>
@@ -123,5 +136,6 @@ void RegisterFused(Napi::Env env, Napi::Object exports);
 void RegisterIo(Napi::Env env, Napi::Object exports);
 void RegisterRuntime(Napi::Env env, Napi::Object exports);
 void RegisterCpuKernels(Napi::Env env, Napi::Object exports);
+void RegisterDistributed(Napi::Env env, Napi::Object exports);
 
 }  // namespace rmlx

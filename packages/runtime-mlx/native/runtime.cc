@@ -1,4 +1,5 @@
 // Evaluation (sync and async), memory counters, devices, compile switch, error-class registration.
+#include <memory>
 #include <variant>
 
 #include "common.h"
@@ -54,12 +55,7 @@ class WaitWorker : public Napi::AsyncWorker {
     Reject(error.Message());
   }
 
-  void Reject(const std::string& message) {
-    Napi::Env env = Env();
-    Napi::FunctionReference& ctor = Data(env).mlxErrorCtor;
-    Napi::String text = Napi::String::New(env, message);
-    deferred_.Reject(ctor.IsEmpty() ? Napi::Error::New(env, message).Value() : ctor.New({text}));
-  }
+  void Reject(const std::string& message) { deferred_.Reject(MlxErrorValue(Env(), message)); }
 
  private:
   Napi::Promise::Deferred deferred_;
@@ -75,17 +71,81 @@ Napi::Value AsyncEval(const Napi::CallbackInfo& info) {
     mx::async_eval(arrays);
   } catch (const std::exception& e) {
     // Scheduling can already fail (e.g. a lazy load); report it through the promise like a later failure.
-    Napi::Env env = info.Env();
-    auto deferred = Napi::Promise::Deferred::New(env);
-    Napi::FunctionReference& ctor = Data(env).mlxErrorCtor;
-    Napi::String message = Napi::String::New(env, e.what());
-    deferred.Reject(ctor.IsEmpty() ? Napi::Error::New(env, e.what()).Value() : ctor.New({message}));
+    auto deferred = Napi::Promise::Deferred::New(info.Env());
+    deferred.Reject(MlxErrorValue(info.Env(), e.what()));
     return deferred.Promise();
   }
   auto* worker = new WaitWorker(info.Env(), std::move(arrays));
   Napi::Promise promise = worker->Promise();
   worker->Queue();
   return promise;
+}
+
+// schedule(arrays: MxArray[]): mx::async_eval without waiting. Work reaches each stream in call order,
+// which is how a send is made to run before a receive built after it (see distributed.cc).
+Napi::Value Schedule(const Napi::CallbackInfo& info) {
+  Args args(info, "schedule");
+  mx::async_eval(args.arrays(0, "arrays"));
+  return info.Env().Undefined();
+}
+
+// evalDetached(arrays: MxArray[]) -> Promise<void>: like asyncEval, but the wait runs on a detached
+// thread that does not keep the process alive (RunDetached): for work that waits on other processes,
+// under a timeout of the caller's.
+Napi::Value EvalDetached(const Napi::CallbackInfo& info) {
+  Args args(info, "evalDetached");
+  auto arrays = std::make_shared<std::vector<mx::array>>(args.arrays(0, "arrays"));
+  try {
+    mx::async_eval(*arrays);
+  } catch (const std::exception& e) {
+    auto deferred = Napi::Promise::Deferred::New(info.Env());
+    deferred.Reject(MlxErrorValue(info.Env(), e.what()));
+    return deferred.Promise();
+  }
+  return RunDetached(
+      info.Env(), "runtime-mlx:evalDetached",
+      [arrays] {
+        for (auto& a : *arrays) a.wait();
+      },
+      [arrays](Napi::Env env) -> Napi::Value {
+        // As in WaitWorker::OnOK: surfaces an error MLX kept in the stream; computed, so it does not block.
+        std::vector<mx::array> done = std::move(*arrays);
+        mx::eval(done);
+        return env.Undefined();
+      });
+}
+
+mx::Device DeviceArg(const Args& args, size_t i) {
+  std::string name = args.string(i, "device");
+  if (name != "cpu" && name != "gpu") args.fail(i, "device", "\"cpu\" or \"gpu\"");
+  return mx::Device(name == "gpu" ? mx::Device::gpu : mx::Device::cpu);
+}
+
+// newStream(device) -> index: a stream of its own (its own queue and thread on the CPU), so that work
+// blocked on it (a receive from a peer that is gone) holds up nothing else.
+Napi::Value NewStream(const Napi::CallbackInfo& info) {
+  Args args(info, "newStream");
+  return Napi::Number::New(info.Env(), mx::new_stream(DeviceArg(args, 0)).index);
+}
+
+// defaultStream(device) -> index of the JS thread's default stream for that device.
+Napi::Value DefaultStream(const Napi::CallbackInfo& info) {
+  Args args(info, "defaultStream");
+  return Napi::Number::New(info.Env(), mx::default_stream(DeviceArg(args, 0)).index);
+}
+
+// setDefaultStream(index, device): where ops built on the JS thread go from now on.
+Napi::Value SetDefaultStream(const Napi::CallbackInfo& info) {
+  Args args(info, "setDefaultStream");
+  mx::Device device = DeviceArg(args, 1);
+  int index = args.integer(0, "index");
+  for (const auto& s : mx::get_streams()) {
+    if (s.index == index && s.device == device) {
+      mx::set_default_stream(s);
+      return info.Env().Undefined();
+    }
+  }
+  throw std::invalid_argument("setDefaultStream: no " + args.string(1, "device") + " stream " + std::to_string(index));
 }
 
 Napi::Value Bytes(Napi::Env env, size_t n) {
@@ -198,6 +258,11 @@ Napi::Value SetErrorClasses(const Napi::CallbackInfo& info) {
 void RegisterRuntime(Napi::Env env, Napi::Object exports) {
   exports.Set("eval", Fn<Eval>(env, "eval"));
   exports.Set("asyncEval", Fn<AsyncEval>(env, "asyncEval"));
+  exports.Set("schedule", Fn<Schedule>(env, "schedule"));
+  exports.Set("evalDetached", Fn<EvalDetached>(env, "evalDetached"));
+  exports.Set("newStream", Fn<NewStream>(env, "newStream"));
+  exports.Set("defaultStream", Fn<DefaultStream>(env, "defaultStream"));
+  exports.Set("setDefaultStream", Fn<SetDefaultStream>(env, "setDefaultStream"));
   exports.Set("getActiveMemory", Fn<GetActiveMemory>(env, "getActiveMemory"));
   exports.Set("getPeakMemory", Fn<GetPeakMemory>(env, "getPeakMemory"));
   exports.Set("resetPeakMemory", Fn<ResetPeakMemory>(env, "resetPeakMemory"));

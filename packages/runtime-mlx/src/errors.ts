@@ -42,3 +42,20 @@ export class MlxModelLoadError extends RuntimeMlxError {
     this.file = file;
   }
 }
+
+/**
+ * Running a model across processes went wrong: the group could not form (a rank never joined, MLX
+ * lacks the backend, no MLX_RANK/MLX_HOSTFILE), the ranks disagree (different model or options),
+ * or a peer stopped answering. `code` tells which:
+ * E_MLX_DIST_SETUP | E_MLX_DIST_JOIN | E_MLX_DIST_MISMATCH | E_MLX_DIST_PEER.
+ */
+export class DistributedError extends RuntimeMlxError {}
+
+/** A hostfile (MLX's launcher format, or the ring backend's MLX_HOSTFILE) is missing or malformed. */
+export class HostfileError extends RuntimeMlxError {
+  readonly file: string;
+  constructor(file: string, message: string, options?: { cause?: unknown }) {
+    super("E_MLX_HOSTFILE", `${file}: ${message}`, options);
+    this.file = file;
+  }
+}

@@ -13,7 +13,11 @@
 import { join } from "node:path";
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import type { StateSnapshot, StepModel, StepOptions, StepOutput } from "@anemll-qwen35/generate";
-import { ContextOverflowError, SnapshotMismatchError } from "@anemll-qwen35/generate";
+import {
+  ContextOverflowError,
+  type ModelUnavailableError,
+  SnapshotMismatchError,
+} from "@anemll-qwen35/generate";
 import {
   type Qwen35Config,
   type ResolveOptions,
@@ -21,7 +25,11 @@ import {
   resolveModelRef,
 } from "@anemll-qwen35/ir/checkpoint";
 import { type DtypeLike, toDtype } from "./array.js";
-import { ModelDisposedError, RuntimeMlxError } from "./errors.js";
+import { DEFAULT_JOIN_TIMEOUT_MS, type JoinOptions, joinGroup } from "./distributed/group.js";
+import { PipelineHead, type PipelineOptions } from "./distributed/pipeline.js";
+import type { LayerRange } from "./distributed/split.js";
+import { planStages, type StageRequest } from "./distributed/stages.js";
+import { DistributedError, ModelDisposedError, RuntimeMlxError } from "./errors.js";
 import * as mx from "./mlx.js";
 import type { Dtype, MxArray } from "./native.js";
 import { type GdnState, gdnStateArrays, handle, KvCache, type KvSnapshot } from "./qwen35/cache.js";
@@ -48,16 +56,32 @@ export interface LoadMlxModelOptions {
   prefillChunk?: number;
   /**
    * Pipelined decode (see the module comment): true always speculates on the argmax, false never,
-   * "auto" (default) speculates while the fed tokens keep matching the argmax (greedy decoding).
+   * "auto" (default) speculates while the fed tokens keep matching the argmax (greedy decoding). A
+   * model split across ranks never speculates (see loadMlxModel).
    */
   pipeline?: boolean | "auto";
   /** MLX device (default: MLX's default, the GPU when Metal is available). */
   device?: "cpu" | "gpu";
   /** How `hf:` references are resolved (cache folder, downloads). */
   resolve?: ResolveOptions;
+  /**
+   * Split the model across the ranks this process was launched with (`anemll-qwen35 launch`, or
+   * mlx.launch; MLX's ring backend): pipeline parallel, this process being rank 0. See DistributedOptions.
+   */
+  distributed?: DistributedOptions;
   onProgress?: (p: BuildProgress) => void;
   signal?: AbortSignal;
 }
+
+/** How a model is split across ranks (LoadMlxModelOptions.distributed). */
+export interface DistributedOptions extends JoinOptions, PipelineOptions {
+  /** Layers per rank, e.g. [6, 9, 9]; default: bytes in proportion to each rank's memory (rank 0 also holds the embedding and head). */
+  split?: number[];
+  /** How long rank 0 waits for every rank to load its layers (default 15 min). */
+  loadTimeoutMs?: number;
+}
+
+export const DEFAULT_LOAD_TIMEOUT_MS = 15 * 60_000;
 
 /** Used while another prefill/decode of the same model is still running. */
 export class ModelBusyError extends RuntimeMlxError {
@@ -66,21 +90,20 @@ export class ModelBusyError extends RuntimeMlxError {
   }
 }
 
-interface Speculation {
-  /** Device-side argmax of the previous logits: the token this step was built for. */
-  readonly token: MxArray;
-  readonly logits: MxArray;
-  readonly argmax: MxArray;
-  readonly gdn: (GdnState | undefined)[];
-  readonly done: Promise<void>;
-}
-
 interface StepArrays {
   /** [1, 1, V] float32 */
   readonly logits: MxArray;
   /** [1, 1] argmax of logits */
   readonly argmax: MxArray;
   readonly gdn: (GdnState | undefined)[];
+  /** Pipelined across ranks: the step's sends, to wait for with it. */
+  readonly sent: MxArray[];
+}
+
+interface Speculation extends StepArrays {
+  /** Device-side argmax of the previous logits: the token this step was built for. */
+  readonly token: MxArray;
+  readonly done: Promise<void>;
 }
 
 function abortError(signal: AbortSignal): unknown {
@@ -171,21 +194,52 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
       preallocate: boolean;
       prefillChunk: number;
       pipeline: boolean | "auto";
+      /** Set when the model is split across ranks: this is rank 0, holding the first layers. */
+      ranks?: PipelineHead;
     },
   ) {
     this.format = options.format;
     this.dtype = options.dtype;
     this.quantization = options.quantization;
     this.contextLength = options.contextLength;
-    this.kv = config.layerTypes.map((t) =>
-      t === "full_attention"
+    this.kv = weights.layers.map((l) =>
+      l.mixer.kind === "attention"
         ? new KvCache({
             step: options.kvStep,
             preallocate: options.preallocate ? options.contextLength : undefined,
           })
         : undefined,
     );
-    this.gdn = config.layerTypes.map(() => undefined);
+    this.gdn = weights.layers.map(() => undefined);
+  }
+
+  /** Set once the model cannot run any more (a rank of a split model was lost); calls then throw it. */
+  get unavailable(): ModelUnavailableError | undefined {
+    return this.options.ranks?.unavailable;
+  }
+
+  /** When split across ranks: how many, and the layers each holds. */
+  get ranks(): { size: number; layers: readonly LayerRange[] } | undefined {
+    const r = this.options.ranks;
+    return r ? { size: r.group.size, layers: r.ranges } : undefined;
+  }
+
+  /**
+   * Split across ranks: sends an empty step around the ring and returns its round trip in ms (the
+   * hand-off cost of one decode step, without compute).
+   */
+  async pingRanks(): Promise<number> {
+    this.check("pingRanks");
+    if (!this.options.ranks)
+      throw new InvalidArgumentError("pingRanks: this model is not split across ranks");
+    if (this.busy) throw new ModelBusyError("pingRanks");
+    this.busy = true;
+    try {
+      this.dropSpeculation();
+      return await this.options.ranks.ping();
+    } finally {
+      this.busy = false;
+    }
   }
 
   /** Tokens consumed since the last reset(). */
@@ -206,7 +260,7 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
   }
 
   reset(): void {
-    this.check("reset");
+    this.check("reset", true);
     if (this.busy) throw new ModelBusyError("reset");
     this.dropSpeculation();
     mx.dispose(this.gdn.flatMap(gdnStateArrays));
@@ -221,9 +275,18 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
    * The sequence state at this position: new handles to the GDN states and KV buffers, evaluated
    * (a pending speculative step is left as it is; what it wrote past the position is never read).
    */
+  /** A model split across ranks keeps most of its state on the other ranks: no snapshots. */
+  get snapshots(): boolean {
+    return !this.options.ranks;
+  }
+
   async snapshot(): Promise<StateSnapshot> {
     this.check("snapshot");
     if (this.busy) throw new ModelBusyError("snapshot");
+    if (this.options.ranks)
+      throw new InvalidArgumentError(
+        "a model split across ranks cannot snapshot its state (the other ranks hold it)",
+      );
     const snap = new MlxSnapshot(
       this,
       this.pos,
@@ -270,7 +333,7 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
 
   /** Consumes one token and returns its logits. */
   async decode(id: number, opts?: StepOptions): Promise<StepOutput> {
-    this.check("decode");
+    this.check("decode", true);
     if (this.busy) throw new ModelBusyError("decode");
     this.checkIds([id], "decode");
     opts?.signal?.throwIfAborted();
@@ -292,7 +355,7 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
       } else {
         if (spec) this.discard(spec);
         step = this.step(mx.array(Int32Array.of(id), [1, 1]));
-        done = mx.asyncEval([step.logits, step.argmax]);
+        done = this.evaluate([step.logits, step.argmax, ...step.sent], "decode");
       }
       return { logits: await this.finishStep(step, done, opts?.signal) };
     } finally {
@@ -300,23 +363,56 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
     }
   }
 
-  dispose(): void {
+  /** Releases the weights and state; split across ranks, also tells the other ranks to stop. */
+  async dispose(): Promise<void> {
     if (this.disposedFlag) return;
+    this.disposedFlag = true;
     this.dropSpeculation();
     mx.dispose(this.gdn.flatMap(gdnStateArrays));
     for (const c of this.kv) c?.reset();
-    mx.dispose(weightsArrays(this.weights));
-    this.disposedFlag = true;
+    try {
+      await this.options.ranks?.shutdown();
+    } finally {
+      mx.dispose(weightsArrays(this.weights));
+    }
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
-    this.dispose();
+    await this.dispose();
   }
 
   // --- internals
 
-  private check(what: string): void {
+  private check(what: string, run = false): void {
     if (this.disposedFlag) throw new ModelDisposedError(what);
+    const down = this.unavailable;
+    if (run && down) throw down;
+  }
+
+  /** One step's graph over ids [1, T] from the committed state (on the ranks' streams when split). */
+  private forwardStep(ids: MxArray, logits: "none" | "last" | "all") {
+    const ranks = this.options.ranks;
+    const state = { kv: this.kv, gdn: this.gdn };
+    const build = () =>
+      mx.tidy(() => {
+        const r = ranks
+          ? ranks.forward(this.weights, ids, state, this.pos, logits)
+          : { ...forward(this.config, this.weights, ids, state, { logits }), sent: [] as MxArray[] };
+        const f32 = r.logits && mx.astype(r.logits, "float32");
+        return {
+          logits: f32,
+          argmax: f32 && logits === "last" ? mx.argmax(f32, -1) : undefined,
+          gdn: r.gdn,
+          sent: r.sent,
+        };
+      });
+    return ranks ? ranks.group.run(build) : build();
+  }
+
+  /** Computes `arrays` (split across ranks: under the step timeout; a lost rank makes the model unavailable). */
+  private evaluate(arrays: MxArray[], what: string): Promise<void> {
+    const ranks = this.options.ranks;
+    return ranks ? ranks.wait(arrays, what) : mx.asyncEval(arrays);
   }
 
   private checkIds(ids: ArrayLike<number>, what: string): void {
@@ -337,7 +433,7 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
     logits: "last" | "all",
     signal?: AbortSignal,
   ) {
-    this.check(what);
+    this.check(what, true);
     if (this.busy) throw new ModelBusyError(what);
     const ids = Int32Array.from(input);
     if (ids.length === 0) throw new InvalidArgumentError(`${what}: no token ids`);
@@ -356,37 +452,35 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
         const last = start + chunk >= ids.length;
         const idsArray = mx.array(part, [1, part.length]);
         if (logits === "all" || last) {
-          const { out, gdn } = mx.tidy(() => {
-            const r = forward(
-              this.config,
-              this.weights,
-              idsArray,
-              { kv: this.kv, gdn: this.gdn },
-              { logits },
-            );
-            const f32 = mx.astype(r.logits!, "float32");
-            return {
-              out: logits === "last" ? this.withArgmax(f32) : { logits: f32, argmax: undefined },
-              gdn: r.gdn,
-            };
-          });
+          const out = this.forwardStep(idsArray, logits);
           idsArray.dispose();
-          this.commit(gdn, part.length);
+          this.commit(out.gdn, part.length);
           if (logits === "all") {
-            await raceAbort(mx.asyncEval(out.logits), signal);
-            rows.push(out.logits.toTypedArray() as Float32Array);
-            out.logits.dispose();
+            try {
+              await raceAbort(this.evaluate([out.logits!, ...out.sent], what), signal);
+              rows.push(out.logits!.toTypedArray() as Float32Array);
+            } finally {
+              mx.dispose([out.logits!, ...out.sent]);
+            }
           } else {
-            const step: StepArrays = { logits: out.logits, argmax: out.argmax!, gdn };
-            rows.push(await this.finishStep(step, mx.asyncEval([step.logits, step.argmax]), signal, true));
+            const step: StepArrays = {
+              logits: out.logits!,
+              argmax: out.argmax!,
+              gdn: out.gdn,
+              sent: out.sent,
+            };
+            const done = this.evaluate([step.logits, step.argmax, ...step.sent], what);
+            rows.push(await this.finishStep(step, done, signal, true));
           }
         } else {
-          const { gdn } = mx.tidy(() =>
-            forward(this.config, this.weights, idsArray, { kv: this.kv, gdn: this.gdn }, { logits: "none" }),
-          );
+          const out = this.forwardStep(idsArray, "none");
           idsArray.dispose();
-          this.commit(gdn, part.length);
-          await raceAbort(mx.asyncEval(this.stateArrays()), signal);
+          this.commit(out.gdn, part.length);
+          try {
+            await raceAbort(this.evaluate([...this.stateArrays(), ...out.sent], what), signal);
+          } finally {
+            mx.dispose(out.sent);
+          }
           mx.clearCache();
         }
       }
@@ -403,19 +497,12 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
     }
   }
 
-  private withArgmax(logits: MxArray): { logits: MxArray; argmax: MxArray } {
-    return { logits, argmax: mx.argmax(logits, -1) };
-  }
-
   /** Builds one decode step for `token` ([1, 1] int) from the committed state; commits its state. */
   private step(token: MxArray): StepArrays {
-    const r = mx.tidy(() => {
-      const f = forward(this.config, this.weights, token, { kv: this.kv, gdn: this.gdn }, { logits: "last" });
-      return { ...this.withArgmax(mx.astype(f.logits!, "float32")), gdn: f.gdn };
-    });
+    const r = this.forwardStep(token, "last");
     token.dispose();
     this.commit(r.gdn, 1);
-    return r;
+    return { logits: r.logits!, argmax: r.argmax!, gdn: r.gdn, sent: r.sent };
   }
 
   /**
@@ -429,10 +516,10 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
     fromPrefill = false,
   ): Promise<Float32Array> {
     const pipeline = this.options.pipeline;
-    if (pipeline === true || (pipeline === "auto" && (fromPrefill || this.speculateNext)))
-      this.speculate(step);
     try {
       try {
+        if (pipeline === true || (pipeline === "auto" && (fromPrefill || this.speculateNext)))
+          this.speculate(step);
         await raceAbort(done, signal);
       } catch (error) {
         // The speculated token is unknown now: never adopt that step.
@@ -444,7 +531,7 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
       this.lastArgmax = step.argmax.item() as number;
       return logits;
     } finally {
-      mx.dispose([step.logits, step.argmax]);
+      mx.dispose([step.logits, step.argmax, ...step.sent]);
       if (++this.steps % 256 === 0) mx.clearCache();
     }
   }
@@ -452,20 +539,19 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
   /** Builds and schedules the step for argmax(step.logits) on top of the state `step` left. */
   private speculate(step: StepArrays): void {
     if (this.pos + 1 > this.contextLength) return;
-    const token = mx.keep(mx.reshape(step.argmax, [1, 1]));
-    const r = mx.tidy(() => {
-      const f = forward(this.config, this.weights, token, { kv: this.kv, gdn: this.gdn }, { logits: "last" });
-      return { ...this.withArgmax(mx.astype(f.logits!, "float32")), gdn: f.gdn };
-    });
-    mx.keep(r);
-    const done = mx.asyncEval([r.logits, r.argmax]);
+    const ranks = this.options.ranks;
+    const reshape = () => mx.keep(mx.reshape(step.argmax, [1, 1]));
+    const token = ranks ? ranks.group.run(reshape) : reshape();
+    const r = mx.keep(this.forwardStep(token, "last"));
+    const spec = { logits: r.logits!, argmax: r.argmax!, gdn: r.gdn, sent: r.sent };
+    const done = this.evaluate([spec.logits, spec.argmax, ...spec.sent], "decode");
     done.catch(() => {}); // a failure surfaces when (if) the step is adopted
-    this.spec = { token, ...r, done };
+    this.spec = { token, ...spec, done };
   }
 
   /** Drops a speculative step: its GDN states go, the KV caches rewind to the committed position. */
   private discard(spec: Speculation): void {
-    mx.dispose([spec.token, spec.logits, spec.argmax, ...spec.gdn.flatMap(gdnStateArrays)]);
+    mx.dispose([spec.token, spec.logits, spec.argmax, ...spec.sent, ...spec.gdn.flatMap(gdnStateArrays)]);
     for (const c of this.kv) if (c) c.offset = this.pos;
   }
 
@@ -493,11 +579,19 @@ const DTYPE_OF_CONFIG: Record<string, Dtype> = {
   float32: "float32",
 };
 
-/**
- * Loads a Qwen3.5 model (dense or MoE) from a folder or `hf:owner/name[@revision]`: Hugging Face
- * safetensors or an MLX-format checkpoint (detected). See LoadMlxModelOptions.
- */
-export async function loadMlxModel(ref: string, opts: LoadMlxModelOptions = {}): Promise<MlxQwen35> {
+/** Load options checked and filled in (shared by loadMlxModel and the other ranks of a split model). */
+export interface ResolvedLoad {
+  readonly dir: string;
+  readonly config: Qwen35Config;
+  readonly dtype: Dtype;
+  readonly quantize: { bits: 4 | 8; groupSize: number } | undefined;
+  readonly contextLength: number;
+  readonly prefillChunk: number;
+  readonly kv: { step: number; preallocate: boolean };
+}
+
+/** Resolves `ref` and checks the options (InvalidArgumentError naming the bad one). */
+export async function resolveLoad(ref: string, opts: LoadMlxModelOptions): Promise<ResolvedLoad> {
   const dir = await resolveModelRef(ref, { ...opts.resolve, signal: opts.signal ?? opts.resolve?.signal });
   const config = await readQwen35Config(join(dir, "config.json"));
   const dtype = opts.dtype ? toDtype(opts.dtype) : (DTYPE_OF_CONFIG[config.dtype ?? ""] ?? "float32");
@@ -530,28 +624,91 @@ export async function loadMlxModel(ref: string, opts: LoadMlxModelOptions = {}):
     );
   }
   if (opts.device) mx.setDefaultDevice(opts.device);
+  return {
+    dir,
+    config,
+    dtype,
+    quantize: opts.bits ? { bits: opts.bits, groupSize } : undefined,
+    contextLength,
+    prefillChunk,
+    kv: { step: opts.kvCache?.step ?? 256, preallocate: opts.kvCache?.preallocate ?? false },
+  };
+}
 
+/**
+ * Loads a Qwen3.5 model (dense or MoE) from a folder or `hf:owner/name[@revision]`: Hugging Face
+ * safetensors or an MLX-format checkpoint (detected). See LoadMlxModelOptions.
+ *
+ * With `distributed`, this process is rank 0 of a group started by `anemll-qwen35 launch` (or
+ * mlx.launch): it joins the group, agrees on the split, loads the first layers with the embedding and
+ * head, and resolves once every rank has loaded its layers (the other ranks run runMlxWorker).
+ */
+export async function loadMlxModel(ref: string, opts: LoadMlxModelOptions = {}): Promise<MlxQwen35> {
+  const r = await resolveLoad(ref, opts);
+  const { config, dtype, dir } = r;
+  const group = opts.distributed ? await joinGroup(opts.distributed) : undefined;
+  if (group && group.rank !== 0) {
+    throw new DistributedError(
+      "E_MLX_DIST_SETUP",
+      `this process is rank ${group.rank} of ${group.size}: it holds layers for rank 0, which loads the model; ` +
+        "run it with runMlxWorker (the CLI does under `anemll-qwen35 launch -- serve`)",
+    );
+  }
   const view = openCheckpoint(dir, config);
   try {
     if (view.format === "mlx") validateMlx(config, view, dir);
-    const quantize = opts.bits ? { bits: opts.bits, groupSize } : undefined;
-    const weights = await buildWeights(config, view, { dtype, quantize }, opts);
+    let ranks: PipelineHead | undefined;
+    let layers: LayerRange | undefined;
+    if (group && group.size > 1) {
+      const ranges = await planStages(group, config, stageRequest(r, view.tied, opts.distributed!), {
+        timeoutMs: opts.distributed!.timeoutMs ?? DEFAULT_JOIN_TIMEOUT_MS,
+      });
+      ranks = new PipelineHead(group, config, dtype, ranges, opts.distributed);
+      layers = ranges[0];
+    }
+    const weights = await buildWeights(config, view, { dtype, quantize: r.quantize }, opts, layers);
     // Layer 0 is always a Gated DeltaNet layer; its output projection shows the quantization in use.
     const mixer = weights.layers[0]?.mixer;
     const probe = mixer?.kind === "gdn" ? mixer.w.out : undefined;
     const quantization =
       probe?.kind === "quantized" ? { bits: probe.bits, groupSize: probe.groupSize } : undefined;
+    if (ranks) {
+      try {
+        // every rank has loaded its layers once an empty step comes back around the ring
+        await ranks.ping(opts.distributed!.loadTimeoutMs ?? DEFAULT_LOAD_TIMEOUT_MS);
+      } catch (error) {
+        mx.dispose(weightsArrays(weights));
+        throw error;
+      }
+    }
     return new MlxQwen35(config, weights, dir, {
       format: view.format,
       dtype,
       quantization,
-      contextLength,
-      kvStep: opts.kvCache?.step ?? 256,
-      preallocate: opts.kvCache?.preallocate ?? false,
-      prefillChunk,
-      pipeline: opts.pipeline ?? "auto",
+      contextLength: r.contextLength,
+      kvStep: r.kv.step,
+      preallocate: r.kv.preallocate,
+      prefillChunk: r.prefillChunk,
+      // Split across ranks, a step is built only once the one before has come back: MLX's ring
+      // never completes an operation queued after it lost a peer, and a speculative step queued in
+      // that window would hold the group's stream (and MLX's shared task count) for good.
+      pipeline: ranks ? false : (opts.pipeline ?? "auto"),
+      ranks,
     });
   } finally {
     view.dispose();
   }
+}
+
+/** What every rank of a split model must agree on (see planStages). */
+export function stageRequest(r: ResolvedLoad, tied: boolean, d: DistributedOptions): StageRequest {
+  return {
+    dtype: r.dtype,
+    tied,
+    bits: r.quantize?.bits,
+    groupSize: r.quantize?.groupSize,
+    contextLength: r.contextLength,
+    split: d.split,
+    extra: r.kv,
+  };
 }

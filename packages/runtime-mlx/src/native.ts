@@ -228,6 +228,20 @@ export interface NativeBinding {
 
   eval(arrays: A[]): void;
   asyncEval(arrays: A[]): Promise<void>;
+  schedule(arrays: A[]): void;
+  evalDetached(arrays: A[]): Promise<void>;
+  newStream(device: "cpu" | "gpu"): number;
+  defaultStream(device: "cpu" | "gpu"): number;
+  setDefaultStream(index: number, device: "cpu" | "gpu"): void;
+
+  distributedAvailable(backend?: string): boolean;
+  distributedInit(backend: string): Promise<{ rank: number; size: number }>;
+  distributedGroup(): { rank: number; size: number } | null;
+  distributedSend(x: A, dst: number): A;
+  distributedRecv(shape: number[], dtype: Dtype, src: number): A;
+  distributedAllSum(x: A): A;
+  distributedAllGather(x: A): A;
+  distributedWaitReadable(ports: number[], timeoutMs: number): Promise<boolean | null>;
   getActiveMemory(): number;
   getPeakMemory(): number;
   resetPeakMemory(): void;

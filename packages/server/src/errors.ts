@@ -4,7 +4,11 @@
  * (openai-python / openai-node raise `BadRequestError`, `NotFoundError`, `RateLimitError`… from it).
  */
 import { AnemllError, InvalidArgumentError } from "@anemll-qwen35/core";
-import { ContextOverflowError, UnsupportedSamplingError } from "@anemll-qwen35/generate";
+import {
+  ContextOverflowError,
+  ModelUnavailableError,
+  UnsupportedSamplingError,
+} from "@anemll-qwen35/generate";
 
 /** The `type` field of an OpenAI error body. */
 export type ApiErrorType =
@@ -76,6 +80,17 @@ export function modelNotFound(model: string, served: readonly string[]): ApiErro
   );
 }
 
+/**
+ * 503 for a model that can no longer run (a rank of a model split across machines was lost); the
+ * server keeps serving its other models.
+ */
+export function modelUnavailable(model: string, why: ModelUnavailableError): ApiError {
+  return new ApiError(503, `model "${model}" is unavailable: ${why.message}`, {
+    code: "model_unavailable",
+    cause: why,
+  });
+}
+
 /** 429 when a model's queue is full; `Retry-After` says when to try again. */
 export class QueueFullError extends ApiError {
   constructor(model: string, waiting: number, retryAfterSeconds: number) {
@@ -133,6 +148,9 @@ export function toApiError(err: unknown): ApiError {
     return new ApiError(400, err.message, { param: "temperature", code: "unsupported_sampling", cause: err });
   }
   if (err instanceof InvalidArgumentError) return new ApiError(400, err.message, { cause: err });
+  if (err instanceof ModelUnavailableError) {
+    return new ApiError(503, err.message, { code: "model_unavailable", cause: err });
+  }
   const e = err as { code?: unknown; statusCode?: unknown; message?: unknown };
   const status = typeof e?.statusCode === "number" ? e.statusCode : 500;
   const message = typeof e?.message === "string" ? e.message : String(err);

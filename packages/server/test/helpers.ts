@@ -4,6 +4,7 @@ import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
 import {
   ContextOverflowError,
+  ModelUnavailableError,
   type StepModel,
   type StepOptions,
   type StepOutput,
@@ -26,6 +27,8 @@ export interface ScriptedModelOptions {
   stepDelayMs?: number;
   /** Throw a runtime failure at this decode step (1 = the first decode). */
   failAtDecode?: number;
+  /** Become unavailable for good at this decode step, as a model split across machines that lost a rank. */
+  loseAtDecode?: number;
 }
 
 /**
@@ -43,6 +46,7 @@ export class ScriptedModel implements StepModel {
   decodeSteps = 0;
   resets = 0;
   disposed = false;
+  unavailable: ModelUnavailableError | undefined;
   private script: number[] = [];
   private step = 0;
 
@@ -62,6 +66,7 @@ export class ScriptedModel implements StepModel {
 
   async prefill(ids: Int32Array | number[], opts?: StepOptions): Promise<StepOutput> {
     await this.wait(opts);
+    if (this.unavailable) throw this.unavailable;
     if (this.position + ids.length > this.contextLength) {
       throw new ContextOverflowError(this.position + ids.length, this.contextLength);
     }
@@ -74,8 +79,13 @@ export class ScriptedModel implements StepModel {
 
   async decode(_id: number, opts?: StepOptions): Promise<StepOutput> {
     await this.wait(opts);
+    if (this.unavailable) throw this.unavailable;
     this.decodeSteps++;
     if (this.decodeSteps === this.opts.failAtDecode) throw new Error("scripted device failure");
+    if (this.decodeSteps === this.opts.loseAtDecode) {
+      this.unavailable = new ModelUnavailableError("scripted: rank 1 was lost");
+      throw this.unavailable;
+    }
     this.position++;
     return this.output();
   }

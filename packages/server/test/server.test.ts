@@ -564,6 +564,42 @@ describe("load and faults", () => {
     expect(e500.type).toBe("server_error");
   });
 
+  it("a model that becomes unavailable mid-generation: an error event, then 503 for it while the others answer", async () => {
+    const lost = new ScriptedModel(tokenizer, () => "one two three four five six seven", { loseAtDecode: 3 });
+    const fine = new ScriptedModel(tokenizer, () => "still here");
+    await using s = await createServer({
+      models: [
+        { name: "big", model: lost, tokenizer },
+        { name: "small", model: fine, tokenizer },
+      ],
+      port: 0,
+    });
+    const c = openai(await s.listen());
+    const messages = [{ role: "user" as const, content: "hi" }];
+    const stream = await c.chat.completions.create({ model: "big", messages, stream: true });
+    const err = await (async () => {
+      for await (const _ of stream);
+    })().catch((e) => e);
+    expect(String(err.message)).toMatch(/rank 1 was lost/);
+    const again = await fetch(`${s.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "big", messages }),
+    });
+    expect(again.status).toBe(503);
+    expect((await json(again)).error).toMatchObject({ type: "server_error", code: "model_unavailable" });
+    expect(lost.prompts).toHaveLength(1); // refused before the model was asked
+    const ok = await c.chat.completions.create({ model: "small", messages });
+    expect(ok.choices[0].message.content).toBe("still here");
+    const health = await fetch(`${s.url}/health`).then(json);
+    expect(health.status).toBe("degraded");
+    expect(health.models.map((m: Json) => [m.id, m.available])).toEqual([
+      ["big", false],
+      ["small", true],
+    ]);
+    expect(health.models[0].error).toMatch(/rank 1 was lost/);
+  });
+
   it("answers bad JSON with a 400 in OpenAI's error shape", async () => {
     const res = await fetch(`${server.url}/v1/chat/completions`, {
       method: "POST",

@@ -1,5 +1,6 @@
 /** `serve`: an OpenAI-compatible HTTP server over one or more models (@anemll-qwen35/server). */
-import type { BackendName } from "@anemll-qwen35/models";
+import { type BackendName, runModelRank } from "@anemll-qwen35/models";
+import { DEFAULT_JOIN_TIMEOUT_MS, DEFAULT_STEP_TIMEOUT_MS, launchedRank } from "@anemll-qwen35/runtime-mlx";
 import {
   createServer,
   DEFAULT_DRAIN_MS,
@@ -7,6 +8,7 @@ import {
   DEFAULT_PORT,
   DEFAULT_PROMPT_CACHE_BYTES,
   DEFAULT_QUEUE,
+  defaultName,
   type PathModelSource,
   type RequestLog,
 } from "@anemll-qwen35/server";
@@ -55,10 +57,45 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
       num("--drain", 0),
       DEFAULT_DRAIN_MS / 1000,
     );
+  cmd
+    .option(
+      "--split <name>",
+      "under `launch`: the model split across the ranks (default: the only model); the others run on rank 0 alone",
+    )
+    .option(
+      "--split-layers <n,n,...>",
+      "under `launch`: layers per rank (default: in proportion to each rank's memory)",
+      layerCounts,
+    )
+    .option(
+      "--join-timeout <seconds>",
+      "under `launch`: how long the ranks may take to connect",
+      num("--join-timeout", 1),
+      DEFAULT_JOIN_TIMEOUT_MS / 1000,
+    )
+    .option(
+      "--step-timeout <seconds>",
+      "under `launch`: a step with no answer from the other ranks in this long means a rank is lost",
+      num("--step-timeout", 1),
+      DEFAULT_STEP_TIMEOUT_MS / 1000,
+    );
   addModelOptions(cmd);
   cmd.action(async (paths: string[], o) => {
     const out = ctx.output();
     const sources = modelSources(paths, o, out.notice);
+    const split = splitSource(sources, o);
+    if (split && split.rank > 0) {
+      // This rank holds layers of one model for rank 0, which serves it; it ends when rank 0 does.
+      const stats = await runModelRank(split.source.path, {
+        ...split.source,
+        onReady: (r) =>
+          out.notice(
+            `rank ${r.rank} (pid ${process.pid}): layers ${r.layers.start}-${r.layers.end - 1} of ${split.name} loaded; serving them for rank 0`,
+          ),
+      });
+      out.notice(`rank ${stats.rank}: rank 0 stopped after ${stats.steps} step(s); done`);
+      return;
+    }
     const apiKey: string | undefined = o.apiKey ?? (process.env.ANEMLL_QWEN35_API_KEY || undefined);
     if (!isLoopback(o.host) && !apiKey) {
       out.notice(
@@ -123,7 +160,7 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
   });
 }
 
-interface ServeOptions extends ModelOptions {
+interface ServeOptions extends ModelOptions, SplitOptions {
   model?: string[];
   promptCache?: number | false;
   drain?: number;
@@ -162,6 +199,69 @@ function modelSources(
 
 function cacheText(maxBytes: number | undefined): string {
   return maxBytes === undefined ? "no prompt cache" : `prompt cache ${(maxBytes / 1e6).toFixed(0)} MB`;
+}
+
+interface SplitOptions {
+  split?: string;
+  splitLayers?: number[];
+  joinTimeout: number;
+  stepTimeout: number;
+}
+
+/**
+ * Under `launch` (MLX_RANK and MLX_HOSTFILE set): the model split across the ranks, marked so that
+ * loadModel splits it; undefined when this process was not launched.
+ */
+function splitSource(
+  sources: PathModelSource[],
+  o: SplitOptions,
+): { rank: number; name: string; source: PathModelSource } | undefined {
+  const rank = launchedRank();
+  if (rank === undefined) {
+    if (o.split !== undefined || o.splitLayers !== undefined) {
+      throw new UsageError(
+        "--split and --split-layers need the ranks `anemll-qwen35 launch --hosts hosts.json -- serve ...` starts",
+      );
+    }
+    return undefined;
+  }
+  const named = sources.map((s) => ({ name: s.name ?? defaultName(s.path), source: s }));
+  let pick: (typeof named)[number] | undefined;
+  if (o.split !== undefined) {
+    pick = named.find((n) => n.name === o.split);
+    if (!pick) {
+      throw new UsageError(
+        `--split ${o.split}: no such model; serve has ${named.map((n) => n.name).join(", ")}`,
+      );
+    }
+  } else if (named.length === 1) {
+    pick = named[0];
+  } else {
+    throw new UsageError(
+      `under launch, name the model to split across the ranks with --split (one of ${named.map((n) => n.name).join(", ")})`,
+    );
+  }
+  if (pick.source.backend !== "auto" && pick.source.backend !== "mlx" && pick.source.backend !== undefined) {
+    throw new UsageError(
+      `--split ${pick.name}: only the mlx backend splits a model, not ${pick.source.backend}`,
+    );
+  }
+  pick.source.backend = "mlx";
+  pick.source.distributed = {
+    split: o.splitLayers,
+    timeoutMs: o.joinTimeout * 1000,
+    stepTimeoutMs: o.stepTimeout * 1000,
+  };
+  return { rank, ...pick };
+}
+
+/** `6,9,9` → [6, 9, 9]. */
+function layerCounts(v: string): number[] {
+  const counts = v.split(",").map((x) => Number(x.trim()));
+  if (counts.some((n) => !Number.isInteger(n) || n < 1)) {
+    throw new UsageError(`--split-layers must be positive integers separated by commas, got "${v}"`);
+  }
+  return counts;
 }
 
 function isLoopback(host: string): boolean {

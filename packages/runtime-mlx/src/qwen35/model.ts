@@ -70,10 +70,28 @@ export function forward(
   state: ForwardState,
   options: ForwardOptions,
 ): ForwardResult {
-  let h = embed(w.embed, ids); // [1, T, D]
-  options.hidden?.push(h);
+  const h0 = embed(w.embed, ids); // [1, T, D]
+  options.hidden?.push(h0);
+  const { h, gdn } = runLayers(cfg, w.layers, h0, state, options.hidden);
+  if (options.logits === "none") return { logits: undefined, gdn };
+  const normed = finalNorm(cfg, w, h, options.logits);
+  options.hidden?.push(normed);
+  return { logits: linear(w.lmHead, normed), gdn };
+}
+
+/**
+ * Runs h [1, T, D] through `layers` (all of the model's, or one pipeline stage's: `state` is indexed
+ * like `layers`). `hidden` receives the output of every layer but the last.
+ */
+export function runLayers(
+  cfg: Qwen35Config,
+  layers: readonly LayerWeights[],
+  h: MxArray,
+  state: ForwardState,
+  hidden?: MxArray[],
+): { h: MxArray; gdn: (GdnState | undefined)[] } {
   const gdn: (GdnState | undefined)[] = [];
-  w.layers.forEach((layer, i) => {
+  layers.forEach((layer, i) => {
     const x = mx.rmsNorm(h, layer.inputNorm, cfg.rmsNormEps);
     let mixed: MxArray;
     if (layer.mixer.kind === "gdn") {
@@ -87,14 +105,21 @@ export function forward(
     h = mx.add(h, mixed);
     const y = mx.rmsNorm(h, layer.postNorm, cfg.rmsNormEps);
     h = mx.add(h, layer.ffn.kind === "mlp" ? mlp(layer.ffn.w, y) : sparseMoe(cfg, layer.ffn.w, y));
-    if (i < w.layers.length - 1) options.hidden?.push(h);
+    if (i < layers.length - 1) hidden?.push(h);
   });
-  if (options.logits === "none") return { logits: undefined, gdn };
-  if (options.logits === "last" && h.shape[1] > 1) {
+  return { h, gdn };
+}
+
+/** The final norm over the last position (logits "last") or every one; the head then gives logits. */
+export function finalNorm(
+  cfg: Qwen35Config,
+  w: Pick<Qwen35Weights, "norm">,
+  h: MxArray,
+  logits: "last" | "all",
+): MxArray {
+  if (logits === "last" && h.shape[1] > 1) {
     const T = h.shape[1];
     h = mx.slice(h, [0, T - 1], [1, T]);
   }
-  const normed = mx.rmsNorm(h, w.norm, cfg.rmsNormEps);
-  options.hidden?.push(normed);
-  return { logits: linear(w.lmHead, normed), gdn };
+  return mx.rmsNorm(h, w.norm, cfg.rmsNormEps);
 }

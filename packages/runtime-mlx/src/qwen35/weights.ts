@@ -330,16 +330,48 @@ function buildLayer(
   };
 }
 
+/** A contiguous run of layers: [start, end). */
+export interface LayerRange {
+  readonly start: number;
+  readonly end: number;
+}
+
 /**
- * Builds (and evaluates, layer by layer, without blocking the event loop) the model's weights.
- * The view's stored tensors are released as each layer is done.
+ * Builds (and evaluates, layer by layer, without blocking the event loop) the model's weights:
+ * all of them, or — for the first stage of a pipeline — the embedding, norm and head with the layers
+ * [0, layers.end). The view's stored tensors are released as each layer is done.
  */
 export async function buildWeights(
   cfg: Qwen35Config,
   view: MlxView,
   opts: PrepareOptions,
   progress?: { onProgress?: (p: BuildProgress) => void; signal?: AbortSignal },
+  layers: LayerRange = { start: 0, end: cfg.numHiddenLayers },
 ): Promise<Qwen35Weights> {
+  const parts = await buildParts(cfg, view, opts, progress, layers, true);
+  const g = parts.globals!;
+  return { embed: g.embedding, layers: parts.layers, norm: g.norm, lmHead: g.lmHead, tied: view.tied };
+}
+
+/** The layers [start, end) alone: a later stage of a pipeline (see buildWeights). */
+export async function buildLayers(
+  cfg: Qwen35Config,
+  view: MlxView,
+  opts: PrepareOptions,
+  layers: LayerRange,
+  progress?: { onProgress?: (p: BuildProgress) => void; signal?: AbortSignal },
+): Promise<LayerWeights[]> {
+  return (await buildParts(cfg, view, opts, progress, layers, false)).layers;
+}
+
+async function buildParts(
+  cfg: Qwen35Config,
+  view: MlxView,
+  opts: PrepareOptions,
+  progress: { onProgress?: (p: BuildProgress) => void; signal?: AbortSignal } | undefined,
+  range: LayerRange,
+  withGlobals: boolean,
+): Promise<{ globals?: { embedding: Weight; lmHead: Weight; norm: MxArray }; layers: LayerWeights[] }> {
   if (opts.quantize && isPrequantized(cfg, view)) {
     throw new MlxModelLoadError(
       undefined,
@@ -347,23 +379,34 @@ export async function buildWeights(
     );
   }
   const specs = paramSpecs(cfg, view.tied);
-  const total = cfg.numHiddenLayers + 1;
+  const total = range.end - range.start + (withGlobals ? 1 : 0);
   const built: MxArray[] = [];
   try {
-    const globals = mx.tidy(() => {
-      const spec = (name: string) => specs.find((s) => s.name === name)!;
-      const embedding = asWeight(readParam(view, spec("model.embed_tokens"), opts));
-      const lmHead = view.tied ? embedding : asWeight(readParam(view, spec("lm_head"), opts));
-      return { embedding, lmHead, norm: asArray(readParam(view, spec("model.norm.weight"), opts)) };
-    });
-    const globalArrays = [...weightArrays(globals.embedding), ...weightArrays(globals.lmHead), globals.norm];
-    built.push(...mx.keep(globalArrays));
+    let globals: { embedding: Weight; lmHead: Weight; norm: MxArray } | undefined;
+    if (withGlobals) {
+      globals = mx.tidy(() => {
+        const spec = (name: string) => specs.find((s) => s.name === name)!;
+        const embedding = asWeight(readParam(view, spec("model.embed_tokens"), opts));
+        const lmHead = view.tied ? embedding : asWeight(readParam(view, spec("lm_head"), opts));
+        return { embedding, lmHead, norm: asArray(readParam(view, spec("model.norm.weight"), opts)) };
+      });
+      const globalArrays = [
+        ...weightArrays(globals.embedding),
+        ...weightArrays(globals.lmHead),
+        globals.norm,
+      ];
+      built.push(...mx.keep(globalArrays));
+      await mx.asyncEval(globalArrays);
+      progress?.onProgress?.({ done: 1, total });
+    }
     view.releaseLayer(-1);
-    await mx.asyncEval(globalArrays);
-    progress?.onProgress?.({ done: 1, total });
 
     const layers: LayerWeights[] = [];
     for (let i = 0; i < cfg.numHiddenLayers; i++) {
+      if (i < range.start || i >= range.end) {
+        view.releaseLayer(i); // another rank's
+        continue;
+      }
       progress?.signal?.throwIfAborted();
       const layer = mx.tidy(() =>
         buildLayer(
@@ -378,9 +421,9 @@ export async function buildWeights(
       view.releaseLayer(i);
       await mx.asyncEval(arrays);
       layers.push(layer);
-      progress?.onProgress?.({ done: i + 2, total });
+      progress?.onProgress?.({ done: layers.length + (withGlobals ? 1 : 0), total });
     }
-    return { embed: globals.embedding, layers, norm: globals.norm, lmHead: globals.lmHead, tied: view.tied };
+    return { globals, layers };
   } catch (error) {
     mx.dispose(built);
     throw error;
@@ -399,7 +442,7 @@ function collect(value: unknown, out: MxArray[] = []): MxArray[] {
   return out;
 }
 
-/** Every array the model's weights hold (to dispose them, or count their bytes). */
-export function weightsArrays(w: Qwen35Weights): MxArray[] {
+/** Every array the model's weights (or a pipeline stage's layers) hold (to dispose them, or count their bytes). */
+export function weightsArrays(w: Qwen35Weights | readonly LayerWeights[]): MxArray[] {
   return [...new Set(collect(w))];
 }

@@ -15,14 +15,17 @@ function modelObject(m: ServedModel) {
 }
 
 export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext): void {
+  // "degraded": a model can no longer run (its `error` says why); the others still answer
   app.get("/health", async () => ({
-    status: ctx.closing() ? "closing" : "ok",
+    status: ctx.closing() ? "closing" : ctx.models.some((m) => m.model.unavailable) ? "degraded" : "ok",
     models: ctx.models.map((m) => ({
       id: m.name,
       backend: m.backend,
       context_length: m.model.contextLength,
       busy: m.queue.busy,
       waiting: m.queue.waiting,
+      available: !m.model.unavailable,
+      ...(m.model.unavailable ? { error: m.model.unavailable.message } : {}),
     })),
   }));
 

@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import type { GenerationResult } from "@anemll-qwen35/generate";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { ApiError, RequestAbortedError, toApiError } from "../errors.js";
+import { ApiError, modelUnavailable, RequestAbortedError, toApiError } from "../errors.js";
 import type { ServedModel } from "../models.js";
 import type { GenerationPlan } from "../plan.js";
 import type { RequestLog } from "../server.js";
@@ -71,6 +71,7 @@ export async function runTurn(
   answer: (t: Turn) => Promise<unknown>,
 ): Promise<unknown> {
   if (ctx.closing()) throw shuttingDown();
+  checkAvailable(served);
   const log = req.anemll.log;
   log.model = served.name;
   log.stream = o.stream;
@@ -96,6 +97,13 @@ export async function runTurn(
     throw err;
   }
   log.queuedMs = performance.now() - queuedAt;
+  try {
+    checkAvailable(served); // it may have failed while this request waited
+  } catch (err) {
+    release();
+    res.off("close", onClose);
+    throw err;
+  }
   const turnTime: { start: number; end?: number } = { start: performance.now() };
   req.anemll.turn = turnTime;
 
@@ -154,6 +162,12 @@ export async function runTurn(
     release();
     res.off("close", onClose);
   }
+}
+
+/** The 503 for a model that can no longer run (StepModel.unavailable). */
+function checkAvailable(served: ServedModel): void {
+  const down = served.model.unavailable;
+  if (down) throw modelUnavailable(served.name, down);
 }
 
 /** 503 for requests the server will not (or did not) finish because it is stopping. */
