@@ -159,9 +159,7 @@ describe("convert --help", () => {
     const text = help.stdout.replace(/\s+/g, " ");
     expect(text).toMatch(/--attention <form> .*matmul.*sdpa.*\(default: "matmul"\)/);
     expect(text).toMatch(/--quant <policy> .*\(default: "default"\)/);
-    expect(text).toContain(
-      "body=lut4,gdn.in_proj_qkv=lut6,gdn.out_proj=lut6,gdn.in_proj_a=none,gdn.in_proj_b=none,lm_head=lut6,embed=none",
-    );
+    expect(text).toContain("body=lut6,gdn.in_proj_a=none,gdn.in_proj_b=none,lm_head=lut6,embed=none");
   });
 });
 

@@ -80,12 +80,10 @@ describe("output into pipes", () => {
 describe("help and summaries", () => {
   it("convert --help shows the defaults as they are typed", async () => {
     const r = await cli("convert", "--help");
-    expect(r.stdout).toMatch(
-      /--quant <policy>[\s\S]*?The preset\s+default is\s+body=lut4,[\s\S]*?\(default: "default"\)/,
-    );
-    // the shorthands have no default of their own (the policy's preset decides)
-    expect(r.stdout).toMatch(/--lut <bits>\s+shorthand for the rule body=/);
-    expect(r.stdout).toMatch(/--lmhead-lut <bits>\s+shorthand for the rule lm_head=/);
+    // the encodings' default is the --quant policy; --lut / --lmhead-lut are shorthands with none of their own
+    expect(r.stdout).toMatch(/--quant <policy>[\s\S]*?\(default: "default"\)/);
+    expect(r.stdout.replace(/\s+/g, " ")).toContain("body=lut6,gdn.in_proj_a=none");
+    expect(r.stdout).not.toMatch(/--lut <bits>[^\n]*\(default/);
     expect(r.stdout).toMatch(/--budget <size>[\s\S]*?\(default: 1\.5GB\)/);
     expect(r.stdout).not.toMatch(/"kind"|1500000000/);
     expect(r.stdout).toMatch(/--force/);

@@ -22,13 +22,29 @@ export function benchCache(name: string): string {
   return dir;
 }
 
-/** A short hash of the converter's graph sources: packages built by other graph code are not reused. */
+/**
+ * A short hash of the converter's graph sources: packages built by other graph code are not
+ * reused. quant.ts (the presets) is left out: callers name packages by the rules they resolve to
+ * (shortHash), so a changed preset rebuilds only what it changes.
+ */
 export function graphSourceHash(): string {
   const dir = join(here, "..", "src", "graph");
   const h = createHash("sha256");
-  for (const f of readdirSync(dir).sort()) h.update(f).update(readFileSync(join(dir, f)));
+  for (const f of readdirSync(dir).sort())
+    if (f !== "quant.ts") h.update(f).update(readFileSync(join(dir, f)));
   return h.digest("hex").slice(0, 10);
 }
+
+/** A short hash of any JSON value (e.g. a policy's resolved rules). */
+export const shortHash = (value: unknown): string =>
+  createHash("sha256").update(JSON.stringify(value)).digest("hex").slice(0, 8);
+
+/** A graph builder with buildComponent's signature (this tree's, or an earlier converter's). */
+export type ComponentBuilder = (
+  source: WeightSource,
+  spec: ComponentSpec,
+  options: BuildOptions,
+) => Promise<Pick<Awaited<ReturnType<typeof buildComponent>>, "model">>;
 
 /** Builds `spec` of `source` into `file` unless it exists (or `rebuild`); returns `file`. */
 export async function ensurePackage(
@@ -37,13 +53,14 @@ export async function ensurePackage(
   spec: ComponentSpec,
   options: BuildOptions,
   rebuild = false,
+  build: ComponentBuilder = buildComponent,
 ): Promise<string> {
   if (existsSync(file) && !rebuild) return file;
   mkdirSync(dirname(file), { recursive: true });
   const started = performance.now();
   const w = await MlPackageWriter.create(file); // written aside, renamed into place by finish()
   try {
-    const built = await buildComponent(source, spec, { workers: 2, ...options, blobSink: w.blobs });
+    const built = await build(source, spec, { workers: 2, ...options, blobSink: w.blobs });
     await w.finish(built.model);
   } catch (e) {
     await w.abort();

@@ -46,9 +46,9 @@ describe("convert", () => {
       "gdn.in_proj_b": "none",
       "gdn.in_proj_qkv": "lut6,8",
       "gdn.out_proj": "lut6,8",
-      "gdn.in_proj_z": "lut4,8",
-      "attn.q_proj": "lut4,8",
-      "mlp.down_proj": "lut4,8",
+      "gdn.in_proj_z": "lut6,8",
+      "attn.q_proj": "lut6,8",
+      "mlp.down_proj": "lut6,8",
       lm_head: "lut6,8",
       embed: "none",
     });
@@ -63,8 +63,11 @@ describe("convert", () => {
       r.weights.filter((w) => w.role === "gdn.in_proj_qkv").every((w) => w.encoding.startsWith("lut6")),
     ).toBe(true);
     expect(
-      r.weights.filter((w) => w.role === "mlp.down_proj").every((w) => w.encoding.startsWith("lut4")),
+      r.weights.filter((w) => w.role === "mlp.down_proj").every((w) => w.encoding.startsWith("lut6")),
     ).toBe(true);
+    expect(r.weights.filter((w) => w.role === "gdn.in_proj_a").every((w) => w.encoding === "fp16")).toBe(
+      true,
+    );
   });
 
   it("takes a policy text and the shorthands, records both in model.json, and refuses a pattern that matches nothing", async () => {

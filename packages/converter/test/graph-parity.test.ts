@@ -213,7 +213,7 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
       );
     });
 
-    it("attention as the sdpa op: fp32 within 1e-3 of HF and of the matmul form, fp16 greedy tokens, in both KV placements", async () => {
+    it("attention as the sdpa op: fp32 within 1e-3 of HF and of the matmul form (so is matmul over the joined cache), fp16 greedy tokens, in both KV placements", async () => {
       const all = { kind: "superblocks", first: 0, count: ck.config.superBlocks.length } as const;
       const sdpa32 = await pkg("sdpa32_sb", all, { ctx: CTX, dtype: "fp32", attention: "sdpa" });
       const r32 = await runChain(
@@ -228,6 +228,15 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
       expect(maxDiff(r32, hfRows)).toBeLessThanOrEqual(1e-3);
       expect(maxDiff(r32, fp32Run.logits)).toBeLessThanOrEqual(1e-4);
       expect(r32.tokens).toEqual(g.generatedIds);
+      // the bench-only form (matmul over the joined cache, costplan's before/after) computes the same
+      const joined32 = await pkg("joined32_sb", all, { ctx: CTX, dtype: "fp32", attention: "matmul-joined" });
+      const rj = await runChain(
+        new ReferenceChain({ ...parts32, superblocks: [joined32] }, { precision: "fp32" }),
+        g.promptIds,
+        steps(),
+      );
+      expect(maxDiff(rj, fp32Run.logits)).toBeLessThanOrEqual(1e-4);
+      expect(rj.tokens).toEqual(g.generatedIds);
       for (const state of ["io", "mlstate"] as const) {
         const sb = await pkg(`sdpa16_${state}_sb`, all, { ctx: CTX, state, attention: "sdpa" });
         const r = await runChain(

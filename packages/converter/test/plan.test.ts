@@ -1,4 +1,4 @@
-import { parseQwen35Config } from "@anemll-qwen35/ir/checkpoint";
+import { parseQwen35Config, qwen35Parameters } from "@anemll-qwen35/ir/checkpoint";
 import { publishedConfigJson } from "@anemll-qwen35/testkit";
 import { describe, expect, it } from "vitest";
 import { DEFAULT_QUANT_RULES } from "../src/graph/quant.js";
@@ -88,12 +88,16 @@ describe("planComponents", () => {
 });
 
 describe("superBlockBytes", () => {
-  it("sizes each tensor as the policy stores it: the default's LUT6 GDN projections and fp16 a/b cost more than uniform LUT4", () => {
+  it("sizes each tensor as the policy stores it: the default's LUT6 projections and fp16 GDN a/b against uniform LUT4", () => {
     const uniform = superBlockBytes(cfg08, 0, LUT4);
     const policy = superBlockBytes(cfg08, 0, { rules: DEFAULT_QUANT_RULES });
-    // per 0.8B GDN layer: in_proj_qkv 6144×1024 and out_proj 1024×2048 at 6 instead of 4 bits
-    // (+2.1 MB), in_proj_a/b 2 × 16×1024 at 16 bits (+48 kB); three GDN layers per super-block
-    const extra = 3 * ((2 * (6144 * 1024 + 1024 * 2048)) / 8 + (2 * 16 * 1024 * 12) / 8);
+    // a 0.8B super-block's projections, less the 6 GDN a/b ones (3 layers × 2 × 16×1024), take 6
+    // instead of 4 bits (+2 bits each); those 6 take 16 bits (+12 each)
+    const projections = qwen35Parameters(cfg08, { tied: true })
+      .filter((p) => p.kind === "projection" && p.layer < 4)
+      .reduce((n, p) => n + p.shape[0] * p.shape[1], 0);
+    const ab = 3 * 2 * 16 * 1024;
+    const extra = (2 * (projections - ab) + 12 * ab) / 8;
     expect(policy - uniform).toBeGreaterThan(extra * 0.98);
     expect(policy - uniform).toBeLessThan(extra * 1.1);
   });

@@ -11,6 +11,7 @@ import {
   GraphOptionError,
   parseQuantSpec,
   patternMatches,
+  QUANT_PRESETS,
   quantFor,
   specRules,
   unmatchedPatterns,
@@ -27,8 +28,27 @@ const enc = (rules: Parameters<typeof quantFor>[0]["rules"], canonical: string) 
   formatWeightQuant(quantFor({ rules }, t(canonical)));
 
 describe("quantization policy", () => {
-  it("the default: GDN in_proj_a/b plain, in_proj_qkv/out_proj LUT6, MLP/attention/z LUT4, lm_head LUT6, embedding plain", () => {
-    const r = DEFAULT_QUANT_RULES;
+  it("the default: every projection LUT6 but GDN in_proj_a/b (plain), lm_head LUT6, embedding plain", () => {
+    expect(describePolicy({ rules: DEFAULT_QUANT_RULES }, targets)).toEqual({
+      embed: "none",
+      "gdn.in_proj_qkv": "lut6",
+      "gdn.in_proj_z": "lut6",
+      "gdn.in_proj_b": "none",
+      "gdn.in_proj_a": "none",
+      "gdn.out_proj": "lut6",
+      "attn.q_proj": "lut6",
+      "attn.k_proj": "lut6",
+      "attn.v_proj": "lut6",
+      "attn.o_proj": "lut6",
+      "mlp.gate_proj": "lut6",
+      "mlp.up_proj": "lut6",
+      "mlp.down_proj": "lut6",
+      lm_head: "lut6",
+    });
+  });
+
+  it("the preset mixed (the hot-path issue's proposal): GDN in_proj_a/b plain, in_proj_qkv/out_proj LUT6, MLP/attention/z LUT4, lm_head LUT6", () => {
+    const r = QUANT_PRESETS.mixed;
     expect(enc(r, "layers.0.linear_attn.in_proj_a.weight")).toBe("none");
     expect(enc(r, "layers.0.linear_attn.in_proj_b.weight")).toBe("none");
     expect(enc(r, "layers.0.linear_attn.in_proj_qkv.weight")).toBe("lut6");
@@ -40,22 +60,6 @@ describe("quantization policy", () => {
       expect(enc(r, `layers.7.mlp.${n}.weight`), n).toBe("lut4");
     expect(enc(r, "lm_head")).toBe("lut6");
     expect(enc(r, "embed")).toBe("none");
-    expect(describePolicy({ rules: r }, targets)).toEqual({
-      embed: "none",
-      "gdn.in_proj_qkv": "lut6",
-      "gdn.in_proj_z": "lut4",
-      "gdn.in_proj_b": "none",
-      "gdn.in_proj_a": "none",
-      "gdn.out_proj": "lut6",
-      "attn.q_proj": "lut4",
-      "attn.k_proj": "lut4",
-      "attn.v_proj": "lut4",
-      "attn.o_proj": "lut4",
-      "mlp.gate_proj": "lut4",
-      "mlp.up_proj": "lut4",
-      "mlp.down_proj": "lut4",
-      lm_head: "lut6",
-    });
   });
 
   it("text form: a preset then pattern=encoding rules, the last match winning; commas continue an encoding", () => {

@@ -28,10 +28,21 @@ import { readdir } from "node:fs/promises";
 import { cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type ConvertOptions, convert, parseWeightQuant } from "@anemll-qwen35/converter";
+import {
+  bytesFor,
+  type ConvertOptions,
+  convert,
+  lutGroupSize,
+  parseWeightQuant,
+  quantFor,
+  resolveQuantSpec,
+  specRules,
+  superBlockBytes,
+} from "@anemll-qwen35/converter";
 import { toFloat32 } from "@anemll-qwen35/core";
 import { loadTokenizer } from "@anemll-qwen35/generate";
-import { argmax, loadGolden, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
+import { argmax, loadGolden, parseQwen35Config, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
+import { publishedConfigJson } from "@anemll-qwen35/testkit";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -45,6 +56,7 @@ const arg = (name: string) => {
 };
 
 const q = parseWeightQuant;
+const PROPOSAL = "lut4,gdn.in_proj_qkv=lut6,gdn.out_proj=lut6,gdn.in_proj_a=none,gdn.in_proj_b=none";
 /** One row each. `options` go to convert() as they are (dtype fp16 and the converter's defaults otherwise). */
 const ENCODINGS: { name: string; options: Partial<ConvertOptions>; precision?: "fp32" }[] = [
   {
@@ -73,16 +85,17 @@ const ENCODINGS: { name: string; options: Partial<ConvertOptions>; precision?: "
   { name: "lut6 body + lut6 head", options: { body: q("lut6"), lmHead: q("lut6") } },
   { name: "lut6 body + lut4 head", options: { body: q("lut6"), lmHead: q("lut4") } },
   { name: "int8 body + int8 head", options: { body: q("int8"), lmHead: q("int8") } },
-  // per-tensor policies (converter presets and rules: packages/converter README "Quantization policy")
-  { name: "policy default", options: { quant: "default" } },
-  { name: "policy default, mlp=lut6", options: { quant: "default,mlp=lut6" } },
-  { name: "policy default, attn=lut6", options: { quant: "default,attn=lut6" } },
+  // per-tensor policies (converter presets and rules: packages/converter README "Quantization policy");
+  // PROPOSAL is the hot-path issue's: GDN in_proj_a/b fp16, in_proj_qkv/out_proj LUT6, MLP and
+  // attention (and the GDN gate in_proj_z) LUT4, head LUT6
+  { name: "policy proposal", options: { quant: PROPOSAL } },
+  { name: "policy proposal, head lut4", options: { quant: `${PROPOSAL},lm_head=lut4` } },
+  { name: "policy proposal, attn lut6", options: { quant: `${PROPOSAL},attn=lut6` } },
+  { name: "policy proposal, mlp lut6", options: { quant: `${PROPOSAL},mlp=lut6` } },
   { name: "policy lut4, gdn a/b fp16", options: { quant: "lut4,gdn.in_proj_a=none,gdn.in_proj_b=none" } },
-  {
-    name: "policy lut4, gdn qkv/out lut6",
-    options: { quant: "lut4,gdn.in_proj_qkv=lut6,gdn.out_proj=lut6" },
-  },
-  { name: "policy lut6, mlp=lut4", options: { quant: "lut6,mlp=lut4" } },
+  { name: "policy lut6, gdn a/b fp16", options: { quant: "lut6,gdn.in_proj_a=none,gdn.in_proj_b=none" } },
+  { name: "policy lut6, mlp lut4", options: { quant: "lut6,mlp=lut4" } },
+  { name: "policy lut6, attn lut4", options: { quant: "lut6,attn=lut4" } },
 ];
 
 const TOKENS = Number(arg("--tokens") ?? 512);
@@ -153,6 +166,24 @@ const hfNll = hfRef.reduce((s, lp, t) => s - lp[ref.ids[t + 1]], 0) / TOKENS;
 const hfTop5 = ref.logits.slice(0, TOKENS).map((l) => topK(l, 5));
 
 type Row = Awaited<ReturnType<typeof measure>>;
+
+const config08b = parseQwen35Config(publishedConfigJson("0.8b"));
+/**
+ * Stored weight bytes the same options give Qwen3.5-0.8B (the converter's size estimate, tensor by
+ * tensor: super-blocks, embedding, lm_head) — the size that matters, where this 256-wide fixture's
+ * LUT tables are an outsized overhead.
+ */
+function projected08bBytes(options: Partial<ConvertOptions>): number {
+  const quant = { rules: specRules(resolveQuantSpec(options)) };
+  const matrix = (canonical: string, role: string) => {
+    const q = quantFor(quant, { canonical, role });
+    const { vocabSize: V, hiddenSize: D } = config08b;
+    return bytesFor(V * D, q, V, q.kind === "lut" ? lutGroupSize(quant, q) : 0);
+  };
+  let bytes = matrix("embed", "embed") + matrix("lm_head", "lm_head");
+  for (let i = 0; i < config08b.superBlocks.length; i++) bytes += superBlockBytes(config08b, i, quant);
+  return bytes;
+}
 
 /**
  * KL(HF ‖ converted) and top-1 on a fixture's golden: prompt then the golden greedy ids,
@@ -248,6 +279,7 @@ async function measure(enc: (typeof ENCODINGS)[number], work: string) {
     loopRate: loops / prompts.length,
     nonFiniteSteps: nonFinite,
     packageBytes: await folderBytes(out),
+    projected08bBytes: projected08bBytes(enc.options),
     seconds: (performance.now() - started) / 1000,
     samples,
     fixtures,

@@ -80,6 +80,13 @@ export interface KvCache {
  */
 export type AttentionForm = "matmul" | "sdpa";
 export const ATTENTION_FORMS: readonly AttentionForm[] = ["matmul", "sdpa"];
+/**
+ * The forms the graph builds: the two above and "matmul-joined", the matmul form over
+ * concat(cache, new row) as the converter built it before the cache was scored apart — kept only
+ * so that costplan's before/after (bench/costplan-fused.ts) can cost that one change.
+ */
+export type AttentionCore = AttentionForm | "matmul-joined";
+export const ATTENTION_CORES: readonly AttentionCore[] = [...ATTENTION_FORMS, "matmul-joined"];
 
 export interface AttentionStep {
   /** [1, D, 1, 1] */
@@ -95,22 +102,31 @@ export interface AttentionStep {
  */
 function attend(
   b: MilBuilder,
-  form: AttentionForm,
+  form: AttentionCore,
   q: MilVar,
   cache: KvCache,
   kNew: MilVar,
   vNew: MilVar,
   mask: MilVar,
 ): MilVar {
+  const joined = () => ({
+    keys: b.concat({ values: [cache.k, kNew], axis: 2, name: "keys" }), // [1, Hkv, ctx+1, hd]
+    values: b.concat({ values: [cache.v, vNew], axis: 2, name: "values" }),
+  });
   if (form === "sdpa") {
-    const keys = b.concat({ values: [cache.k, kNew], axis: 2, name: "keys" }); // [1, Hkv, ctx+1, hd]
-    const values = b.concat({ values: [cache.v, vNew], axis: 2, name: "values" });
+    const { keys, values } = joined();
     return b.scaledDotProductAttention({ query: q, key: keys, value: values, attnMask: mask, name: "sdpa" });
   }
   const [, Hkv, G, hd] = q.shape;
   const ctx = cache.k.shape[2];
   // 1/√hd on q (G·hd values) rather than on the scores, which also keeps q·k well inside fp16
   const qs = b.mul({ x: q, y: scalar(1 / Math.sqrt(hd), q), name: "q_scaled" });
+  if (form === "matmul-joined") {
+    const { keys, values } = joined();
+    const s = b.matmul({ x: qs, y: keys, transposeY: true, name: "scores_joined" }); // [1, Hkv, G, ctx+1]
+    const p = b.softmax({ x: b.add({ x: s, y: mask, name: "scores" }), axis: 3, name: "probs" });
+    return b.matmul({ x: p, y: values, name: "attn" });
+  }
   const sCache = b.matmul({ x: qs, y: cache.k, transposeY: true, name: "scores_cache" }); // [1, Hkv, G, ctx]
   const sNew = b.reduceSum({
     x: b.mul({ x: qs, y: kNew, name: "qk_new" }),
@@ -171,7 +187,7 @@ export async function attentionLayer(
   rope: RopeRow,
   mask: MilVar,
   cache: KvCache,
-  form: AttentionForm,
+  form: AttentionCore,
 ): Promise<AttentionStep> {
   const b = w.b;
   const cfg = w.source.config;

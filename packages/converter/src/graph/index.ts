@@ -1,7 +1,9 @@
 /** Qwen3.5 → MIL graph builders for the ANE decode chain (embed · super-blocks · lm_head). */
 export * from "./ane.js";
 export {
+  ATTENTION_CORES,
   ATTENTION_FORMS,
+  type AttentionCore,
   type AttentionForm,
   type AttentionStep,
   applyRope,
@@ -52,6 +54,8 @@ export {
   superblock,
 } from "./superblock.js";
 export {
+  type EncodedWeight,
+  type EncodedWeightStore,
   GraphWeights,
   type GraphWeightsOptions,
   milName,

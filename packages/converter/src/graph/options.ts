@@ -4,7 +4,7 @@ import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import type { BlobSink } from "@anemll-qwen35/ir/mil";
 import type { KmeansPool } from "../kmeans-pool.js";
 import { ANE_MAX_DIM } from "./ane.js";
-import { ATTENTION_FORMS, type AttentionForm } from "./attention.js";
+import { ATTENTION_CORES, type AttentionCore } from "./attention.js";
 import { GraphOptionError } from "./errors.js";
 import { DEFAULT_WY_CHUNK, GDN_PREFILL_FORMS, type GdnPrefillForm } from "./gdn-chunked.js";
 import type { GraphDType, KvPlacement } from "./io.js";
@@ -30,8 +30,8 @@ export interface BuildOptions {
   readonly dtype?: GraphDType;
   /** KV cache placement (default "io"); GDN states are inputs/outputs either way. */
   readonly state?: KvPlacement;
-  /** The attention core (default "matmul"; see attention.ts). */
-  readonly attention?: AttentionForm;
+  /** The attention core (default "matmul"; see attention.ts — "matmul-joined" is for benchmarks). */
+  readonly attention?: AttentionCore;
   /** How each weight is stored (default: all plain; the converter's default is DEFAULT_QUANT_RULES). */
   readonly quant?: QuantPolicy;
   /** lm_head: emit argmax_idx / argmax_val instead of logits (default false). */
@@ -69,7 +69,7 @@ export interface ResolvedOptions {
   readonly ctx: number;
   readonly dtype: GraphDType;
   readonly state: KvPlacement;
-  readonly attention: AttentionForm;
+  readonly attention: AttentionCore;
   readonly quant: QuantPolicy;
   readonly argmax: boolean;
   readonly lmHeadMaxRows: number;
@@ -111,8 +111,11 @@ export function resolveOptions(
   if (state !== "io" && state !== "mlstate")
     throw new GraphOptionError("state", `expected "io" or "mlstate", got ${String(state)}`);
   const attention = options.attention ?? "matmul";
-  if (!ATTENTION_FORMS.includes(attention))
-    throw new GraphOptionError("attention", `expected "matmul" or "sdpa", got ${String(attention)}`);
+  if (!ATTENTION_CORES.includes(attention))
+    throw new GraphOptionError(
+      "attention",
+      `expected ${ATTENTION_CORES.join(", ")}, got ${String(attention)}`,
+    );
   const lmHeadMaxRows = positiveInt("lmHeadMaxRows", options.lmHeadMaxRows ?? DEFAULT_LM_HEAD_MAX_ROWS);
   const mlpMaxChannels = positiveInt("mlpMaxChannels", options.mlpMaxChannels ?? ANE_MAX_DIM);
   if (options.quant?.groupSize !== undefined) positiveInt("quant.groupSize", options.quant.groupSize);

@@ -56,20 +56,22 @@ export const PLAIN_POLICY: QuantPolicy = { rules: [] };
 
 const lut = (bits: LutBits): WeightQuant => ({ kind: "lut", bits });
 
-/**
- * The converter's default (ane-graph-review R6/R7): the GDN decay and write-strength projections
- * in_proj_a / in_proj_b (Hv rows each, a few kB) stay fp16 — their outputs go through exp and
- * sigmoid into the recurrence, which carries any error forward; in_proj_qkv (the recurrent q/k/v)
- * and out_proj take LUT6 (slimwangyue's Qwen3.5-4B: LUT4 g8 50 % vs LUT6 g4 88 % first-token
- * match); every other projection — MLP, attention and the token-local gate in_proj_z — LUT4 g8;
- * lm_head LUT6 (ANEMLL's default head, pending the measurement on learned weights); embedding plain.
- */
-export const DEFAULT_QUANT_RULES: readonly QuantRule[] = [
-  { pattern: "body", quant: lut(4) },
-  { pattern: "gdn.in_proj_qkv", quant: lut(6) },
-  { pattern: "gdn.out_proj", quant: lut(6) },
+/** GDN in_proj_a / in_proj_b plain: Hv rows each (a few kB), their outputs go through exp and sigmoid into the recurrence. */
+const GDN_GATES_PLAIN: readonly QuantRule[] = [
   { pattern: "gdn.in_proj_a", quant: NO_QUANT },
   { pattern: "gdn.in_proj_b", quant: NO_QUANT },
+];
+
+/**
+ * The converter's default, chosen on learned weights (notes/quantization.md, fixtures/tiny-trained,
+ * KL(HF fp32 ‖ converted) over 512 held-out tokens): every projection LUT6 g8 except GDN
+ * in_proj_a / in_proj_b, which stay fp16 (+48 kB per 0.8B GDN layer); lm_head LUT6; embedding
+ * plain. The hot-path issue's mix ("mixed": LUT4 MLP and attention) had 3.6× its KL for 15 % fewer
+ * streamed weight bytes on 0.8B; a LUT4 head doubled the KL of either.
+ */
+export const DEFAULT_QUANT_RULES: readonly QuantRule[] = [
+  { pattern: "body", quant: lut(6) },
+  ...GDN_GATES_PLAIN,
   { pattern: "lm_head", quant: lut(6) },
   { pattern: "embed", quant: NO_QUANT },
 ];
@@ -83,7 +85,20 @@ const uniform = (body: WeightQuant, head: WeightQuant): QuantRule[] => [
 /** Named starting points of a policy. */
 export const QUANT_PRESETS: Readonly<Record<string, readonly QuantRule[]>> = {
   default: DEFAULT_QUANT_RULES,
-  /** The converter's earlier default: every body projection LUT4, lm_head LUT6. */
+  /**
+   * The hot-path issue's proposal (ane-graph-review R6/R7): GDN in_proj_a/b fp16, in_proj_qkv and
+   * out_proj LUT6 (the recurrent path), every other projection — MLP, attention, in_proj_z — LUT4,
+   * lm_head LUT6. Smaller than the default, measurably worse (notes/quantization.md).
+   */
+  mixed: [
+    { pattern: "body", quant: lut(4) },
+    { pattern: "gdn.in_proj_qkv", quant: lut(6) },
+    { pattern: "gdn.out_proj", quant: lut(6) },
+    ...GDN_GATES_PLAIN,
+    { pattern: "lm_head", quant: lut(6) },
+    { pattern: "embed", quant: NO_QUANT },
+  ],
+  /** Every body projection LUT4, lm_head LUT6 (the converter's default before the trained-model measurement). */
   lut4: uniform(lut(4), lut(6)),
   lut6: uniform(lut(6), lut(6)),
   lut8: uniform(lut(8), lut(8)),

@@ -9,7 +9,7 @@ import type { Qwen35Config, SuperBlock } from "@anemll-qwen35/ir/checkpoint";
 import { type MilVar, tensorType } from "@anemll-qwen35/ir/mil";
 import { GDN_V_SCALE, MASK_NEG } from "./ane.js";
 import {
-  type AttentionForm,
+  type AttentionCore,
   type AttentionStep,
   attentionLayer,
   type KvCache,
@@ -31,7 +31,7 @@ export interface StepInputs {
   readonly mask: MilVar;
   readonly gdn: ReadonlyMap<number, GdnStateIn>;
   readonly kv: ReadonlyMap<number, KvCache>;
-  readonly attention: AttentionForm;
+  readonly attention: AttentionCore;
   /** Most intermediate channels per MLP projection (wider MLPs are split: mlp.ts). */
   readonly mlpMaxChannels: number;
   /** The prefill function: the chunk's GDN inputs (the mixers then run over T tokens). */
@@ -73,9 +73,21 @@ export async function decoderLayer(
       outputs.gdn.set(layer, step);
       mixed = step.out;
     } else {
-      const attend = chunk ? attentionChunkLayer : attentionLayer;
+      const kv = inputs.kv.get(layer) as KvCache;
+      const form = inputs.attention;
       const step = await b.scope("attn", () =>
-        attend(w, layer, x, inputs.rope, inputs.mask, inputs.kv.get(layer) as KvCache, inputs.attention),
+        chunk
+          ? // the bench-only joined form has no prefill variant: its prefill is the matmul form's
+            attentionChunkLayer(
+              w,
+              layer,
+              x,
+              inputs.rope,
+              inputs.mask,
+              kv,
+              form === "matmul-joined" ? "matmul" : form,
+            )
+          : attentionLayer(w, layer, x, inputs.rope, inputs.mask, kv, form),
       );
       outputs.attention.set(layer, step);
       mixed = step.out;
