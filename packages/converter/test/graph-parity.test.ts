@@ -387,7 +387,7 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
       expect(body.length).toBe(((3 * L) / 4) * 5 + (L / 4) * 4 + L * 3); // GDN: qkv z b a out · attention: q k v o · MLP: gate up down
       for (const r of body) expect(r.bits).toBe(4);
       for (const r of lut.reports.filter(isHead)) expect(r.bits).toBe(6);
-      // the default policy, tensor by tensor: GDN a/b fp16, qkv/out LUT6, everything else in a layer LUT4
+      // the default policy, tensor by tensor: GDN a/b fp16, every other projection LUT6
       const bitsByRole = new Map<string, Set<number>>();
       for (const r of policy.reports.filter(isBody))
         bitsByRole.set(r.role, (bitsByRole.get(r.role) ?? new Set()).add(r.bits));
@@ -396,14 +396,14 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
         "gdn.in_proj_b": 16,
         "gdn.in_proj_qkv": 6,
         "gdn.out_proj": 6,
-        "gdn.in_proj_z": 4,
-        "attn.q_proj": 4,
-        "attn.k_proj": 4,
-        "attn.v_proj": 4,
-        "attn.o_proj": 4,
-        "mlp.gate_proj": 4,
-        "mlp.up_proj": 4,
-        "mlp.down_proj": 4,
+        "gdn.in_proj_z": 6,
+        "attn.q_proj": 6,
+        "attn.k_proj": 6,
+        "attn.v_proj": 6,
+        "attn.o_proj": 6,
+        "mlp.gate_proj": 6,
+        "mlp.up_proj": 6,
+        "mlp.down_proj": 6,
       };
       expect(Object.fromEntries([...bitsByRole].map(([k, v]) => [k, [...v]]))).toEqual(
         Object.fromEntries(Object.entries(want).map(([k, v]) => [k, [v]])),
