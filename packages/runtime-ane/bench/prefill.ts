@@ -13,11 +13,11 @@
  * conversion figures are those of the run that converted, kept in the cache's timing.json).
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { cpus, loadavg, tmpdir, totalmem } from "node:os";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { convert } from "@anemll-qwen35/converter";
-import { writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
+import { benchMachine, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -102,13 +102,7 @@ for (let i = 0; i < fast.logits.length; i++)
 const result = {
   bench: "prefill-synthetic",
   date: new Date().toISOString(),
-  machine: {
-    cpus: cpus().length,
-    cpuModel: cpus()[0]?.model,
-    memoryBytes: totalmem(),
-    node: process.version,
-    loadAverage: loadavg(),
-  },
+  machine: benchMachine(),
   model: "synthetic 0.8B (real shapes, random bf16 weights), ctx 256, the converter's default quantization",
   conversion: {
     decodeOnly: decodeOnly.c,

@@ -25,7 +25,7 @@
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { readdir } from "node:fs/promises";
-import { cpus, loadavg, tmpdir, totalmem } from "node:os";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
@@ -42,7 +42,7 @@ import {
 import { toFloat32 } from "@anemll-qwen35/core";
 import { loadTokenizer } from "@anemll-qwen35/generate";
 import { argmax, loadGolden, parseQwen35Config, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
-import { publishedConfigJson } from "@anemll-qwen35/testkit";
+import { benchMachine, publishedConfigJson } from "@anemll-qwen35/testkit";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -383,13 +383,7 @@ writeFileSync(
     {
       bench: "quantization",
       date: new Date().toISOString(),
-      machine: {
-        cpus: cpus().length,
-        cpuModel: cpus()[0]?.model,
-        memoryBytes: totalmem(),
-        node: process.version,
-        loadAverage: loadavg(),
-      },
+      machine: benchMachine(),
       fixture: "fixtures/tiny-trained",
       goldenFixtures: GOLDEN_FIXTURES.map((f) => `fixtures/${f}`),
       heldOut: { text: "Book of Ruth (not trained on)", tokens: TOKENS, hfPerplexity },

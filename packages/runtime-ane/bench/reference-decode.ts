@@ -17,12 +17,12 @@
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
-import { availableParallelism, cpus, homedir, loadavg, totalmem } from "node:os";
+import { availableParallelism, homedir, loadavg } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { convert } from "@anemll-qwen35/converter";
 import type { WeightMode } from "@anemll-qwen35/ir/mil";
-import { writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
+import { benchMachine, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -204,13 +204,7 @@ const ratios = rows
   });
 const outFile = resolve(arg("--out", join(here, "results", "reference-decode.json")));
 mkdirSync(dirname(outFile), { recursive: true });
-const machine = {
-  cpus: cpus().length,
-  cpuModel: cpus()[0]?.model,
-  memoryBytes: totalmem(),
-  node: process.version,
-  loadAverage: loadavg(),
-};
+const machine = benchMachine();
 writeFileSync(
   `${outFile}.tmp`,
   `${JSON.stringify({ bench: "reference-decode", date: new Date().toISOString(), machine, steps: STEPS, rows, ratios }, null, 2)}\n`,
