@@ -119,13 +119,13 @@ if (process.argv.includes("--dir")) {
 } else {
   targets.push({
     name: "tiny-tied (fixture)",
-    dir: await ensureConverted("tiny-tied-lut4", resolve(here, "../../../fixtures/tiny-tied")),
+    dir: await ensureConverted("tiny-tied-default-ctx256", resolve(here, "../../../fixtures/tiny-tied")),
   });
   if (!process.argv.includes("--skip-08b")) {
     const synth = await writeSyntheticCheckpoint({ size: "0.8b" });
     targets.push({
       name: "synthetic 0.8B",
-      dir: await ensureConverted("synthetic-0.8b-lut4-lut6-ctx256", synth.dir),
+      dir: await ensureConverted("synthetic-0.8b-default-ctx256", synth.dir),
     });
   }
 }

@@ -70,7 +70,7 @@ for (const fixture of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
   }
 }
 if (process.argv.includes("--08b")) {
-  const dir = join(cache, "synthetic-0.8b-lut4-lut6-ctx256");
+  const dir = join(cache, "synthetic-0.8b-default-ctx256");
   if (!existsSync(join(dir, "model.json"))) {
     const synth = await writeSyntheticCheckpoint({ size: "0.8b" });
     console.log("converting the synthetic 0.8B checkpoint…");

@@ -47,8 +47,8 @@ import type {
 import { typeToString } from "./program.js";
 import { constInputInfo, resolveOp } from "./resolve.js";
 import { shapeStr } from "./shape.js";
-import type { RtTensor } from "./values.js";
-import { allocRt, constToRt, isFloatDType, lazyConstToRt, numelOf } from "./values.js";
+import type { RtData, RtTensor } from "./values.js";
+import { allocRt, BufferPool, constToRt, isFloatDType, lazyConstToRt, numelOf, usePool } from "./values.js";
 
 export type NonFiniteMode = "throw" | "collect" | "ignore";
 
@@ -254,6 +254,9 @@ const constCache: Record<WeightMode, WeakMap<ConstValue, RtTensor>> = {
 /** Constexpr results per op, by precision, subnormal flushing and weight mode. */
 const constexprCache = new WeakMap<Operation, Map<string, RtTensor[]>>();
 
+/** Op result buffers, shared by every interpreter (runs are synchronous: one at a time). */
+const opBuffers = new BufferPool(256 << 20);
+
 function cachedConst(cv: ConstValue, mode: WeightMode): RtTensor {
   let v = constCache[mode].get(cv);
   if (!v) {
@@ -275,6 +278,8 @@ export class MilInterpreter {
   private readonly frame: { env: (RtTensor | undefined)[] } = { env: [] };
   private readonly slots = new Map<string, number>();
   private readonly steps: Step[] = [];
+  /** Per step: the slots whose last reader it is (their buffers go back to the pool after it). */
+  private readonly lastReads: number[][] = [];
   private readonly stateTypes = new Map<string, TensorType>();
   private readonly slotType = new Map<number, ValueType>();
   private readonly slotConst = new Map<number, ConstValue>();
@@ -305,6 +310,22 @@ export class MilInterpreter {
       if (i.type.kind === "state") this.stateTypes.set(i.name, i.type.wrapped);
     }
     for (const r of resolved) this.compile(r.op, r.def);
+    this.planReleases();
+  }
+
+  /** Finds each computed value's last reader (unread values: their producer); outputs excluded. */
+  private planReleases(): void {
+    const last = new Map<number, number>();
+    this.steps.forEach((s, i) => {
+      if (s.constexpr || s.op.type === "const") return;
+      for (const k of s.inSlots) last.set(k, i);
+      for (const k of s.outSlots) if (!last.has(k)) last.set(k, i);
+    });
+    for (const name of this.fn.block.outputs) last.delete(this.slots.get(name) as number);
+    for (let i = 0; i < this.steps.length; i++) this.lastReads.push([]);
+    for (const [slot, i] of last) {
+      if (!this.slotConst.has(slot) && !this.slotConstexpr.has(slot)) this.lastReads[i].push(slot);
+    }
   }
 
   private slot(name: string): number {
@@ -437,6 +458,7 @@ export class MilInterpreter {
         return v;
       },
       writeState: (name, value) => {
+        opBuffers.disown(value.data); // the state keeps it beyond this run
         state.values.set(name, value);
       },
     };
@@ -460,11 +482,39 @@ export class MilInterpreter {
       }
     }
     const nonFinite: NonFiniteReport[] = [];
-    const bad = this.mode === "ignore" ? undefined : new Uint8Array(this.slots.size);
-    const fp16 = this.precision === "fp16";
     const profile: RunProfile | undefined = opts.profile ? {} : undefined;
     const opTimes: OpTiming[] | undefined = opts.profile === "ops" ? [] : undefined;
-    for (const s of this.steps) {
+    // pool-made arrays in use: how many slots hold each (views hold their input's array)
+    const live = new Map<RtData, number>();
+    const prevPool = usePool(opBuffers);
+    try {
+      this.runSteps(env, ctx, live, nonFinite, profile, opTimes);
+    } finally {
+      usePool(prevPool);
+    }
+    const outputs: Record<string, Tensor> = {};
+    for (const name of this.fn.block.outputs) {
+      const v = env[this.slots.get(name) as number];
+      if (!v) throw new MilRuntimeError(`output '${name}' was not computed`);
+      outputs[name] = rtToTensor(v, opts.outputs); // a copy
+    }
+    for (const b of live.keys()) opBuffers.release(b);
+    this.frame.env = constEnv;
+    return { outputs, state, nonFinite, firstNonFinite: nonFinite.find((r) => r.origin), profile, opTimes };
+  }
+
+  private runSteps(
+    env: (RtTensor | undefined)[],
+    ctx: EvalContext,
+    live: Map<RtData, number>,
+    nonFinite: NonFiniteReport[],
+    profile: RunProfile | undefined,
+    opTimes: OpTiming[] | undefined,
+  ): void {
+    const bad = this.mode === "ignore" ? undefined : new Uint8Array(this.slots.size);
+    const fp16 = this.precision === "fp16";
+    for (let si = 0; si < this.steps.length; si++) {
+      const s = this.steps[si];
       if (s.constexpr) continue;
       const t0 = profile ? performance.now() : 0;
       const results = this.evalStep(s, () => s.def.evaluate(s.args, s.outTypes, ctx));
@@ -472,6 +522,7 @@ export class MilInterpreter {
         const r = results[i];
         const slot = s.outSlots[i];
         env[slot] = r;
+        if (opBuffers.owns(r.data)) live.set(r.data, (live.get(r.data) ?? 0) + 1);
         if (!(r.data instanceof Float32Array)) continue;
         if (s.def.view) {
           if (bad) for (const k of s.inSlots) bad[slot] |= bad[k];
@@ -511,15 +562,17 @@ export class MilInterpreter {
         p.ms += ms;
         opTimes?.push({ name: s.op.name, type: s.op.type, ms });
       }
+      for (const k of this.lastReads[si]) {
+        const d = env[k]?.data;
+        const n = d && live.get(d);
+        if (!n) continue;
+        if (n > 1) live.set(d, n - 1);
+        else {
+          live.delete(d);
+          opBuffers.release(d);
+        }
+      }
     }
-    const outputs: Record<string, Tensor> = {};
-    for (const name of this.fn.block.outputs) {
-      const v = env[this.slots.get(name) as number];
-      if (!v) throw new MilRuntimeError(`output '${name}' was not computed`);
-      outputs[name] = rtToTensor(v, opts.outputs);
-    }
-    this.frame.env = constEnv;
-    return { outputs, state, nonFinite, firstNonFinite: nonFinite.find((r) => r.origin), profile, opTimes };
   }
 
   private stateFrom(s: RunOptions["state"]): MilState {

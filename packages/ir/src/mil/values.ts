@@ -15,7 +15,7 @@ import {
   InvalidArgumentError,
 } from "@anemll-qwen35/core";
 import type { PackedWeight, RowReader } from "./kernels/packed.js";
-import { allocWeightF32 } from "./kernels/simd.js";
+import { allocWeightF32, simdHeap } from "./kernels/simd.js";
 import type { ConstValue, MilData, MilDType, TensorType } from "./program.js";
 import { tensorType } from "./program.js";
 
@@ -65,13 +65,106 @@ export function numelOf(shape: readonly number[]): number {
   return n;
 }
 
-/** Allocates zeroed compute-form storage for `type`. */
-export function allocRt(type: TensorType): RtData {
+/**
+ * Allocates compute-form storage for `type`: zeroed, unless `zero` is false (the caller writes
+ * every element). While a run holds the buffer pool, a free buffer of that size is reused.
+ */
+export function allocRt(type: TensorType, zero = true): RtData {
   const n = numelOf(type.shape);
-  if (isFloatDType(type.dtype)) return new Float32Array(n);
-  if (type.dtype === "bool") return new Uint8Array(n);
   if (type.dtype === "string") return new Array<string>(n).fill("");
-  return new Int32Array(n);
+  const kind = isFloatDType(type.dtype) ? 0 : type.dtype === "bool" ? 1 : 2;
+  if (activePool) return activePool.take(kind, n, zero);
+  return kind === 0 ? new Float32Array(n) : kind === 1 ? new Uint8Array(n) : new Int32Array(n);
+}
+
+/** A Float32Array of n zeros (n values when `zero` is false), from the pool while a run holds it. */
+export function allocF32(n: number, zero = true): Float32Array {
+  return activePool ? (activePool.take(0, n, zero) as Float32Array) : new Float32Array(n);
+}
+
+/** Gives an op's scratch array from allocF32 back to the pool (nothing may read it afterwards). */
+export function freeF32(a: Float32Array): void {
+  activePool?.release(a);
+}
+
+type PooledArray = Float32Array | Int32Array | Uint8Array;
+
+/** Float buffers at least this long are made in the SIMD heap, where SIMD elementwise kernels run. */
+const HEAP_POOL_MIN_ELEMENTS = 1024;
+
+/**
+ * Op result buffers recycled by the interpreter. A fresh typed array of a few MB costs page
+ * faults and garbage collection on every op (the decode of a 0.8B chain makes ~150 of them a
+ * token); the interpreter hands a buffer back after the last op that reads it, and the next
+ * allocation of that kind and size takes it. Buffers that leave a run (written to a state) are
+ * disowned and never reused. Pooled arrays are known by identity, so an op's result must be a
+ * new array or one of its inputs' arrays itself, never a subarray view of one.
+ */
+export class BufferPool {
+  private readonly free = new Map<number, PooledArray[]>();
+  /** Arrays this pool made that it may still reuse. */
+  private readonly mine = new WeakSet<PooledArray>();
+  private readonly isFree = new WeakSet<PooledArray>();
+  private freeBytes = 0;
+
+  constructor(
+    /** Bytes of free buffers kept at most (more are left to the garbage collector). */
+    readonly maxFreeBytes: number,
+  ) {}
+
+  take(kind: 0 | 1 | 2, n: number, zero: boolean): PooledArray {
+    const list = this.free.get(n * 3 + kind);
+    const reused = list?.pop();
+    if (reused) {
+      this.isFree.delete(reused);
+      this.freeBytes -= reused.byteLength;
+      if (zero) reused.fill(0);
+      return reused;
+    }
+    const a =
+      kind === 0
+        ? ((n >= HEAP_POOL_MIN_ELEMENTS ? simdHeap()?.f32(n) : undefined) ?? new Float32Array(n))
+        : kind === 1
+          ? new Uint8Array(n)
+          : new Int32Array(n);
+    this.mine.add(a);
+    return a;
+  }
+
+  /** Whether `data` is an array this pool made (and has not left a run). */
+  owns(data: RtData): boolean {
+    return !Array.isArray(data) && this.mine.has(data);
+  }
+
+  /** Returns a pool-made array for reuse (anything else is ignored). */
+  release(a: RtData): void {
+    if (Array.isArray(a) || !this.mine.has(a) || this.isFree.has(a)) return;
+    if (this.freeBytes + a.byteLength > this.maxFreeBytes) return;
+    const kind = a instanceof Float32Array ? 0 : a instanceof Uint8Array ? 1 : 2;
+    const key = a.length * 3 + kind;
+    let list = this.free.get(key);
+    if (!list) {
+      list = [];
+      this.free.set(key, list);
+    }
+    list.push(a);
+    this.isFree.add(a);
+    this.freeBytes += a.byteLength;
+  }
+
+  /** `data` outlives the run (a state holds it): never hand it out again. */
+  disown(data: RtData): void {
+    if (!Array.isArray(data)) this.mine.delete(data);
+  }
+}
+
+let activePool: BufferPool | undefined;
+
+/** Makes `pool` the one allocRt takes from (undefined: none); returns the previous one. */
+export function usePool(pool: BufferPool | undefined): BufferPool | undefined {
+  const prev = activePool;
+  activePool = pool;
+  return prev;
 }
 
 export function rt(type: TensorType, data: RtData): RtTensor {

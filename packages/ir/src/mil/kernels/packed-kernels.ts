@@ -22,7 +22,7 @@
  * 64 entries (6-bit indices) use 4 planes sets (swizzle gives 0 for indices out of 0..15, so
  * the lookups of idx − 16t are OR-ed); 7- and 8-bit indices are looked up one value at a time.
  */
-import { type FuncSpec, I32, op, V128 } from "./wasm-asm.js";
+import { Fn, type FuncSpec, op } from "./wasm-asm.js";
 
 /** Descriptor fields (i32, byte offsets within the descriptor). */
 export const DESC = {
@@ -126,53 +126,6 @@ const HI16 = range(4, 4).flatMap((i) => [2 * i, 2 * i + 1, 16 + 2 * i, 17 + 2 * 
 const HIGH_PAIR = [8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15];
 /** Low two lanes of a, then low two lanes of b. */
 const JOIN_LOW_PAIRS = [...range(0, 8), ...range(16, 8)];
-
-/** A function under construction: params are i32, locals are allocated by type. */
-class Fn {
-  readonly body: number[] = [];
-  private readonly locals: number[] = [];
-
-  constructor(
-    readonly name: string,
-    readonly params: number,
-  ) {}
-
-  i32(): number {
-    this.locals.push(I32);
-    return this.params + this.locals.length - 1;
-  }
-
-  v128(): number {
-    this.locals.push(V128);
-    return this.params + this.locals.length - 1;
-  }
-
-  emit(...parts: readonly (readonly number[])[]): void {
-    for (const p of parts) this.body.push(...p);
-  }
-
-  /** local = a + b (both locals or constants given as ops). */
-  set(local: number, ...ops: readonly (readonly number[])[]): void {
-    this.emit(...ops, op.localSet(local));
-  }
-
-  /** while (i < end) { body(); } — the body advances i. */
-  whileLt(i: number, end: number, body: () => void): void {
-    this.emit(op.block, op.loop, op.localGet(i), op.localGet(end), op.i32GeU, op.brIf(1));
-    body();
-    this.emit(op.br(0), op.end, op.end);
-  }
-
-  spec(): FuncSpec {
-    return {
-      name: this.name,
-      params: new Array<number>(this.params).fill(I32),
-      results: [],
-      locals: this.locals,
-      body: this.body,
-    };
-  }
-}
 
 const get = op.localGet;
 const add = (a: number, c: number) => [...get(a), ...op.i32Const(c), ...op.i32Add];

@@ -8,6 +8,7 @@
  */
 import os from "node:os";
 import { Worker } from "node:worker_threads";
+import { type EwForm, type EwOp, elementwiseKernels, ewName } from "./elementwise-kernels.js";
 import { ntRangeKernel, packedKernels } from "./packed-kernels.js";
 import { assembleModule, type FuncSpec, I32, op, V128 } from "./wasm-asm.js";
 
@@ -109,7 +110,13 @@ type KernelFn = (
  * The module's functions: nt1/nt2 (dense), `ntr` (dense over a row range) and the packed-weight
  * kernels. Every exported kernel but nt1/nt2 takes 8 i32 arguments, the last two a row range.
  */
-const KERNELS: readonly FuncSpec[] = [ntKernel(1), ntKernel(2), ntRangeKernel(0, 1), ...packedKernels(3, 2)];
+const KERNELS: readonly FuncSpec[] = [
+  ntKernel(1),
+  ntKernel(2),
+  ntRangeKernel(0, 1),
+  ...packedKernels(3, 2),
+  ...elementwiseKernels(),
+];
 /** Function index of each kernel by name. */
 export const KERNEL_INDEX: ReadonlyMap<string, number> = new Map(KERNELS.map((k, i) => [k.name, i]));
 let kernelBytes: Uint8Array | undefined;
@@ -218,6 +225,29 @@ class WasmHeap {
     jobs.forEach((seq, i) => {
       if (seq >= 0) pool.wait(i, seq);
     });
+  }
+
+  /**
+   * out = x ∘ y over `rows` rows of n values (`ew_*` of elementwise-kernels.ts): byte offsets,
+   * xs / ys the operands' row strides in bytes, out contiguous.
+   */
+  binary(
+    o: EwOp,
+    form: EwForm,
+    x: number,
+    y: number,
+    out: number,
+    rows: number,
+    n: number,
+    xs: number,
+    ys: number,
+  ): void {
+    this.fns[KERNEL_INDEX.get(ewName(o, form)) as number](x, y, out, rows, n, xs, ys, 0);
+  }
+
+  /** out[p·inner + i] = Σ_r x[(p·R + r)·inner + i] summed in float64 (`rsum`); byte offsets. */
+  sumAxis(x: number, out: number, outer: number, R: number, inner: number): void {
+    this.fns[KERNEL_INDEX.get("rsum") as number](x, out, outer, R, inner, 0, 0, 0);
   }
 
   /** Thread `t`'s block of at least `bytes` for decoded rows; undefined when out of memory. */

@@ -80,6 +80,10 @@ export const op = {
   f32Store: (offset = 0) => [0x38, 2, ...uleb(offset)],
   f32Load: (offset = 0) => [0x2a, 2, ...uleb(offset)],
   f32Mul: [0x94],
+  f32Sub: [0x93],
+  f32Div: [0x95],
+  f32DemoteF64: [0xb6],
+  f64PromoteF32: [0xbb],
   /** v128.load, alignment hint 2^2 (element-aligned; unaligned access is legal). */
   v128Load: (offset = 0) => simd(0x00, 2, ...uleb(offset)),
   v128Store: (offset = 0) => simd(0x0b, 2, ...uleb(offset)),
@@ -123,6 +127,7 @@ export const op = {
   f32x4Add: simd(0xe4),
   f32x4Sub: simd(0xe5),
   f32x4Mul: simd(0xe6),
+  f32x4Div: simd(0xe7),
   f64x2Sub: simd(0xf1),
   f64x2Mul: simd(0xf2),
   f32x4ConvertI32x4S: simd(0xfa),
@@ -202,4 +207,51 @@ export function assembleModule(funcs: readonly FuncSpec[]): Uint8Array {
     ...section(7, vec(exports)),
     ...section(10, vec(codes)),
   ]);
+}
+
+/** A function under construction: params are i32, locals are allocated by type. */
+export class Fn {
+  readonly body: number[] = [];
+  private readonly locals: number[] = [];
+
+  constructor(
+    readonly name: string,
+    readonly params: number,
+  ) {}
+
+  i32(): number {
+    this.locals.push(I32);
+    return this.params + this.locals.length - 1;
+  }
+
+  v128(): number {
+    this.locals.push(V128);
+    return this.params + this.locals.length - 1;
+  }
+
+  emit(...parts: readonly (readonly number[])[]): void {
+    for (const p of parts) this.body.push(...p);
+  }
+
+  /** local = a + b (both locals or constants given as ops). */
+  set(local: number, ...ops: readonly (readonly number[])[]): void {
+    this.emit(...ops, op.localSet(local));
+  }
+
+  /** while (i < end) { body(); } — the body advances i. */
+  whileLt(i: number, end: number, body: () => void): void {
+    this.emit(op.block, op.loop, op.localGet(i), op.localGet(end), op.i32GeU, op.brIf(1));
+    body();
+    this.emit(op.br(0), op.end, op.end);
+  }
+
+  spec(): FuncSpec {
+    return {
+      name: this.name,
+      params: new Array<number>(this.params).fill(I32),
+      results: [],
+      locals: this.locals,
+      body: this.body,
+    };
+  }
 }

@@ -4,6 +4,8 @@
  * Sources: coremltools ops/defs/iOS15/elementwise_binary.py, elementwise_unary.py, activation.py,
  * iOS17/elementwise_unary.py (rsqrt/log/inverse epsilon in domain U, cast dtypes).
  */
+import { EW_OPS, type EwForm, type EwOp } from "../kernels/elementwise-kernels.js";
+import { simdHeap } from "../kernels/simd.js";
 import type { MilDType, TensorType } from "../program.js";
 import { broadcastPlan, broadcastShapes, expandTo, sameShape, shapeStr } from "../shape.js";
 import type { RtTensor } from "../values.js";
@@ -41,7 +43,7 @@ const LOGICAL = new Set(["logical_and", "logical_or", "logical_xor"]);
 function evalBinary(type: string, x: RtTensor, y: RtTensor, out: TensorType): RtTensor {
   const xd = x.data as Num;
   const yd = y.data as Num;
-  const o = allocRt(out) as Num;
+  const o = allocRt(out, false) as Num; // every element is written
   const n = o.length;
   if (n === 0) return { type: out, data: o };
   const { dims, strides } = broadcastPlan(out.shape, x.type.shape, y.type.shape);
@@ -50,6 +52,7 @@ function evalBinary(type: string, x: RtTensor, y: RtTensor, out: TensorType): Rt
   const inner = dims[rank - 1];
   const ix = sx[rank - 1];
   const iy = sy[rank - 1];
+  if (binarySimd(type, xd, yd, o, dims, sx, sy)) return { type: out, data: o };
   const isInt = x.data instanceof Int32Array;
   // rows of `inner` elements; an odometer over the outer dims moves the operand offsets
   const idx = new Array<number>(rank).fill(0);
@@ -69,19 +72,69 @@ function evalBinary(type: string, x: RtTensor, y: RtTensor, out: TensorType): Rt
   return { type: out, data: o };
 }
 
+const SIMD_OPS: ReadonlySet<string> = new Set(EW_OPS);
+
+/**
+ * Float add/sub/mul/real_div whose operands and result all live in the SIMD heap (the
+ * interpreter's pooled results and large constants do), innermost rows vector∘vector,
+ * vector∘scalar or scalar∘vector: the last two plan dims per kernel call. false: not this case.
+ */
+function binarySimd(
+  type: string,
+  xd: Num,
+  yd: Num,
+  o: Num,
+  dims: readonly number[],
+  sx: readonly number[],
+  sy: readonly number[],
+): boolean {
+  if (!SIMD_OPS.has(type) || !(o instanceof Float32Array)) return false;
+  if (!(xd instanceof Float32Array && yd instanceof Float32Array)) return false;
+  const h = simdHeap();
+  const xo = h?.offsetOf(xd);
+  const yo = h?.offsetOf(yd);
+  const oo = h?.offsetOf(o);
+  if (!h || xo === undefined || yo === undefined || oo === undefined) return false;
+  const rank = dims.length;
+  const ix = sx[rank - 1];
+  const iy = sy[rank - 1];
+  const form: EwForm | undefined =
+    ix === 1 && iy === 1 ? "vv" : ix === 1 && iy === 0 ? "vs" : ix === 0 && iy === 1 ? "sv" : undefined;
+  if (!form) return false;
+  const n = dims[rank - 1];
+  const rows = rank > 1 ? dims[rank - 2] : 1;
+  const rowX = rank > 1 ? sx[rank - 2] * 4 : 0;
+  const rowY = rank > 1 ? sy[rank - 2] * 4 : 0;
+  const idx = new Array<number>(Math.max(0, rank - 2)).fill(0);
+  let xb = 0;
+  let yb = 0;
+  for (let ob = 0; ob < o.length; ob += rows * n) {
+    h.binary(type as EwOp, form, xo + 4 * xb, yo + 4 * yb, oo + 4 * ob, rows, n, rowX, rowY);
+    for (let d = rank - 3; d >= 0; d--) {
+      xb += sx[d];
+      yb += sy[d];
+      if (++idx[d] < dims[d]) break;
+      xb -= sx[d] * dims[d];
+      yb -= sy[d] * dims[d];
+      idx[d] = 0;
+    }
+  }
+  return true;
+}
+
 /**
  * The hot float cases (add/sub/mul/real_div over a row of vector∘vector, vector∘scalar or
  * scalar∘vector) as plain contiguous loops, which run 2–3× faster than the strided form.
  */
 function arithmeticRow(
   type: string,
-  xd: Num,
+  xd: Float32Array,
   xb: number,
   sx: number,
-  yd: Num,
+  yd: Float32Array,
   yb: number,
   sy: number,
-  o: Num,
+  o: Float32Array,
   ob: number,
   n: number,
 ): boolean {
@@ -127,7 +180,12 @@ function binaryRow(
   ob: number,
   n: number,
 ): void {
-  if (!isInt && arithmeticRow(type, xd, xb, sx, yd, yb, sy, o, ob, n)) return;
+  if (
+    !isInt &&
+    o instanceof Float32Array &&
+    arithmeticRow(type, xd as Float32Array, xb, sx, yd as Float32Array, yb, sy, o, ob, n)
+  )
+    return;
   switch (type) {
     case "add":
       for (let i = 0; i < n; i++) o[ob + i] = xd[xb + i * sx] + yd[yb + i * sy];

@@ -9,7 +9,7 @@ import type { PackedWeight } from "../kernels/packed.js";
 import type { TensorType } from "../program.js";
 import { broadcastShapes, shapeStr, stridesOf } from "../shape.js";
 import type { RtTensor } from "../values.js";
-import { allocRt, numelOf } from "../values.js";
+import { allocF32, allocRt, freeF32, numelOf } from "../values.js";
 import { BOOL, FP, FP_I32, I32, lit, STR, tt } from "./common.js";
 import type { OpArgs, OpDef } from "./opdef.js";
 
@@ -76,8 +76,8 @@ const linear: OpDef = {
     const wf = w.packed ?? (w.data instanceof Float32Array ? w.data : undefined);
     if (o instanceof Float32Array && x.data instanceof Float32Array && wf) {
       gemmNT(x.data, wf, o, M, N, K, {
-        constWeight: true,
-        bias: bias && !isZero(bias) ? bias : undefined,
+        constWeight: a.info("weight").isConst,
+        bias: bias && !isZero(bias, a.info("bias").isConst) ? bias : undefined,
       });
     } else {
       const b = bias ?? new Float32Array(N);
@@ -95,8 +95,10 @@ const linear: OpDef = {
   },
 };
 
+/** Zero biases, by constant (a computed bias's buffer may be reused with other values). */
 const zeroChecked = new WeakMap<Float32Array, boolean>();
-function isZero(b: Float32Array): boolean {
+function isZero(b: Float32Array, isConst: boolean): boolean {
+  if (!isConst) return b.every((v) => v === 0);
   let z = zeroChecked.get(b);
   if (z === undefined) {
     z = b.every((v) => v === 0);
@@ -362,14 +364,14 @@ function evalConv(a: OpArgs, outType: TensorType): RtTensor {
   const G = p.groups;
   const cig = Cin / G;
   const cog = Cout / G;
-  const o = new Float32Array(numelOf(outType.shape));
+  const o = allocF32(numelOf(outType.shape));
   const inPlane = ID * IH * IW;
   const outPlane = OD * OH * OW;
   const kPlane = KD * KH * KW;
   // pointwise (1x1, stride 1, no padding): one matrix product per image
   if (kPlane === 1 && G === 1 && sd * sh * sw === 1 && pd + ph + pw === 0) {
-    const xt = new Float32Array(inPlane * Cin);
-    const tmp = new Float32Array(inPlane * Cout);
+    const xt = allocF32(inPlane * Cin, false);
+    const tmp = allocF32(inPlane * Cout, false);
     for (let n = 0; n < N; n++) {
       const base = n * Cin * inPlane;
       for (let c = 0; c < Cin; c++)
@@ -381,6 +383,8 @@ function evalConv(a: OpArgs, outType: TensorType): RtTensor {
       for (let s = 0; s < inPlane; s++)
         for (let c = 0; c < Cout; c++) o[ob + c * outPlane + s] = tmp[s * Cout + c] + (bias ? bias[c] : 0);
     }
+    freeF32(xt);
+    freeF32(tmp);
     return { type: outType, data: o };
   }
   const wd = w.data as Float32Array;

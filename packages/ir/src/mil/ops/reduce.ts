@@ -4,6 +4,8 @@
  * false), iOS17/reduction.py (reduce_argmax output_dtype), iOS15/activation.py (softmax),
  * iOS15/normalization.py + iOS17/normalization.py (layer_norm), iOS15/tensor_operation.py (cumsum).
  */
+
+import { simdHeap } from "../kernels/simd.js";
 import type { MilDType, TensorType } from "../program.js";
 import { aroundAxis, permute, shapeStr } from "../shape.js";
 import type { RtTensor } from "../values.js";
@@ -66,7 +68,7 @@ function reduceDef(type: (typeof REDUCERS)[number]): OpDef {
     },
     evaluate(a, out) {
       const x = a.value("x");
-      const o = allocRt(out[0]) as Num;
+      const o = allocRt(out[0], false) as Num; // every element is written
       reduceInto(type, x, reduceAxes(a), o);
       return [{ type: out[0], data: o }];
     },
@@ -113,6 +115,16 @@ function reduceInto(type: Reducer, x: RtTensor, axes: readonly number[], o: Num)
     data = r.data;
     outer = r.outer;
     R = r.size;
+  }
+  if (type === "reduce_sum" && data instanceof Float32Array && o instanceof Float32Array) {
+    // both in the SIMD heap: the same float64 sums by a kernel
+    const h = simdHeap();
+    const xo = h?.offsetOf(data);
+    const oo = h?.offsetOf(o);
+    if (h && xo !== undefined && oo !== undefined) {
+      h.sumAxis(xo, oo, outer, R, inner);
+      return;
+    }
   }
   const init = initial(type);
   const acc = new Float64Array(inner);
