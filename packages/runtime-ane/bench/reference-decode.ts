@@ -1,22 +1,28 @@
 /**
  * Decode speed and memory of the reference backend (the MIL interpreter) on the tiny fixture and
- * on a conversion of the synthetic 0.8B checkpoint (real shapes; LUT4 body, LUT6 head, fp16
- * embedding, all super-blocks fused, ctx 256), in fp32 and fp16 modes, with the weights packed
- * (the default: LUT weights stay compressed, the embedding is read by row) and, as the peer
- * measured in the same run, dense (every weight expanded to fp32 once: the interpreter before
- * packed weights). Each row runs in its own process so that its peak RSS is its own.
- * Median of the per-token decode times after a warm-up step, wall clock and CPU time (all threads:
- * the machine is shared, and CPU time moves less with its load than wall time).
+ * on conversions of the synthetic 0.8B checkpoint (real shapes; all super-blocks fused, ctx 256):
+ * the converter's default encodings (LUT6 projections but GDN a/b, LUT6 head, fp16 embedding) and,
+ * with `--quants default,lut4`, the preset lut4 (LUT4 body, LUT6 head: the default before the
+ * quantization measurement). fp32 and fp16 modes, with the weights packed (the default: LUT
+ * weights stay compressed, the embedding is read by row) and dense (every weight expanded to fp32
+ * once), as peers measured in the same run. Each row runs in its own process so that its peak
+ * RSS is its own. Median of the per-token decode times after a warm-up step, wall clock and CPU
+ * time (all threads: the machine may be shared, and CPU time moves less with its load).
+ *
+ * `--baseline-checkout <dir>`: also runs bench/decode-baseline.ts inside that checkout (a built
+ * older commit of this repository: its converter, its interpreter, its default conversion) in
+ * the same run, and reports today's packed rows against it.
  *
  *   pnpm --filter @anemll-qwen35/runtime-ane exec tsx bench/reference-decode.ts
- *     [--steps 8] [--skip-08b] [--weights packed,dense] [--precisions fp32,fp16]
- *     [--threads 2,1]   (ANEMLL_THREADS per row: matrix products split over worker threads or not)
+ *     [--steps 8] [--skip-08b] [--quants default,lut4] [--weights packed,dense]
+ *     [--precisions fp32,fp16] [--threads 2,1]   (ANEMLL_THREADS per row)
+ *     [--baseline-checkout <dir>]
  *     [--dir <converted chain> --name <label>]   (e.g. a 9B conversion: --weights packed)
  *
  * Writes bench/results/reference-decode.json (or --out <file>).
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
 import { availableParallelism, homedir, loadavg } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -104,11 +110,11 @@ if (process.argv[2] === "--child") {
   process.exit(0);
 }
 
-async function ensureConverted(name: string, model: string): Promise<string> {
+async function ensureConverted(name: string, model: string, quant = "default"): Promise<string> {
   const out = join(cache, name);
   if (!existsSync(join(out, "model.json"))) {
     console.log(`converting ${name}…`);
-    await convert({ model, out, ctx: 256, fuse: "all", resume: true });
+    await convert({ model, out, ctx: 256, fuse: "all", quant, resume: true });
   }
   return out;
 }
@@ -123,10 +129,12 @@ if (process.argv.includes("--dir")) {
   });
   if (!process.argv.includes("--skip-08b")) {
     const synth = await writeSyntheticCheckpoint({ size: "0.8b" });
-    targets.push({
-      name: "synthetic 0.8B",
-      dir: await ensureConverted("synthetic-0.8b-default-ctx256", synth.dir),
-    });
+    for (const quant of arg("--quants", "default").split(",")) {
+      targets.push({
+        name: quant === "default" ? "synthetic 0.8B" : `synthetic 0.8B (${quant})`,
+        dir: await ensureConverted(`synthetic-0.8b-${quant}-ctx256`, synth.dir, quant),
+      });
+    }
   }
 }
 const precisions = arg("--precisions", "fp32,fp16").split(",") as ("fp32" | "fp16")[];
@@ -202,12 +210,68 @@ const ratios = rows
     );
     return [ratio];
   });
+// the interpreter of an older checkout on its own default conversion, same run
+interface BaselineRow {
+  commit: string;
+  precision: "fp32" | "fp16";
+  loadMs: number;
+  decodeMsMedian: number;
+  decodeMs: number[];
+  tokPerS: number;
+  decodeCpuMsMedian: number;
+  tokPerCpuS: number;
+  peakRssBytes: number;
+  loadAverage1m: number;
+}
+const baseline: BaselineRow[] = [];
+const baselineRatios: object[] = [];
+if (process.argv.includes("--baseline-checkout")) {
+  const checkout = resolve(arg("--baseline-checkout", ""));
+  const git = spawnSync("git", ["-C", checkout, "rev-parse", "--short", "HEAD"], { encoding: "utf8" });
+  const commit = git.stdout?.trim();
+  if (git.status !== 0 || !commit) throw new Error(`--baseline-checkout ${checkout}: not a git checkout`);
+  const pkg = join(checkout, "packages", "runtime-ane");
+  copyFileSync(join(here, "decode-baseline.ts"), join(pkg, "bench", "decode-baseline.ts"));
+  const chain = join(cache, `baseline-${commit}-synthetic-0.8b-ctx256`);
+  for (const precision of precisions) {
+    const child = spawnSync("npx", ["tsx", "bench/decode-baseline.ts", chain, precision, String(STEPS)], {
+      cwd: pkg,
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "inherit"],
+      maxBuffer: 1 << 24,
+    });
+    const line = child.stdout.split("\n").find((l) => l.startsWith("RESULT "));
+    if (child.status !== 0 || !line) throw new Error(`baseline ${commit} ${precision}: the run failed`);
+    const b: BaselineRow = { commit, ...JSON.parse(line.slice(7)), loadAverage1m: loadavg()[0] };
+    baseline.push(b);
+    console.log(
+      `baseline ${commit} (its default conversion, synthetic 0.8B) ${precision}  decode ${b.decodeMsMedian.toFixed(1).padStart(8)} ms/token  ${b.tokPerS.toFixed(2).padStart(7)} tok/s  (CPU ${b.decodeCpuMsMedian.toFixed(0)} ms/token)  peak RSS ${(b.peakRssBytes / GB).toFixed(2)} GB`,
+    );
+    for (const p of rows) {
+      if (p.weights !== "packed" || p.precision !== precision || !p.model.startsWith("synthetic 0.8B"))
+        continue;
+      const ratio = {
+        model: p.model,
+        precision,
+        threads: p.threads,
+        against: `baseline ${commit}`,
+        tokPerSSpeedup: p.tokPerS / b.tokPerS,
+        tokPerCpuSSpeedup: p.tokPerCpuS / b.tokPerCpuS,
+        peakRssFraction: p.peakRssBytes / b.peakRssBytes,
+      };
+      baselineRatios.push(ratio);
+      console.log(
+        `${p.model.padEnd(22)} ${precision} ${p.threads}T packed vs baseline ${commit}: ${ratio.tokPerSSpeedup.toFixed(2)}× tok/s (${ratio.tokPerCpuSSpeedup.toFixed(2)}× per CPU-second), ${(100 * ratio.peakRssFraction).toFixed(0)}% of the peak RSS`,
+      );
+    }
+  }
+}
 const outFile = resolve(arg("--out", join(here, "results", "reference-decode.json")));
 mkdirSync(dirname(outFile), { recursive: true });
 const machine = benchMachine();
 writeFileSync(
   `${outFile}.tmp`,
-  `${JSON.stringify({ bench: "reference-decode", date: new Date().toISOString(), machine, steps: STEPS, rows, ratios }, null, 2)}\n`,
+  `${JSON.stringify({ bench: "reference-decode", date: new Date().toISOString(), machine, steps: STEPS, rows, ratios, baseline, baselineRatios }, null, 2)}\n`,
 );
 renameSync(`${outFile}.tmp`, outFile);
 console.log(`wrote ${outFile}`);

@@ -4,6 +4,8 @@
  * subnormals to zero — what an fp16 datapath such as the ANE's produces at each op output.
  */
 
+import { simdHeap } from "./kernels/simd.js";
+
 const F16_MAX_ROUNDS_TO_INF = 0x477ff000; // |x| >= 65520 rounds to inf in fp16
 const F16_MIN_NORMAL = 0x38800000; // 2^-14
 const SUBNORMAL_MAGIC = 1.5 * 2 ** 28; // adding it in float64 rounds to a multiple of 2^-24 (RNE)
@@ -42,4 +44,16 @@ export function countNonFinite(a: Float32Array): number {
   let c = 0;
   for (let i = 0; i < u.length; i++) if ((u[i] & 0x7f800000) === 0x7f800000) c++;
   return c;
+}
+
+/**
+ * roundF16InPlace by a SIMD kernel when `a` lives in the SIMD heap (op results do), else the
+ * loop above. Returns the inf/NaN count when `count`, else 0.
+ */
+export function roundF16Values(a: Float32Array, flushSubnormals: boolean, count: boolean): number {
+  const h = simdHeap();
+  const off = h?.offsetOf(a);
+  if (!h || off === undefined) return roundF16InPlace(a, flushSubnormals);
+  h.roundF16(off, a.length, flushSubnormals);
+  return count ? countNonFinite(a) : 0;
 }

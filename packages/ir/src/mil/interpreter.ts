@@ -25,7 +25,7 @@ import {
 } from "@anemll-qwen35/core";
 import { resolveFunction } from "./check.js";
 import { MilNonFiniteError, MilProgramError, MilRuntimeError } from "./errors.js";
-import { countNonFinite, roundF16InPlace } from "./fp16.js";
+import { countNonFinite, roundF16InPlace, roundF16Values } from "./fp16.js";
 import {
   type EvalContext,
   type InputInfo,
@@ -48,7 +48,17 @@ import { typeToString } from "./program.js";
 import { constInputInfo, resolveOp } from "./resolve.js";
 import { shapeStr } from "./shape.js";
 import type { RtData, RtTensor } from "./values.js";
-import { allocRt, BufferPool, constToRt, isFloatDType, lazyConstToRt, numelOf, usePool } from "./values.js";
+import {
+  allocF32,
+  allocRt,
+  BufferPool,
+  constToRt,
+  f16Table,
+  isFloatDType,
+  lazyConstToRt,
+  numelOf,
+  usePool,
+} from "./values.js";
 
 export type NonFiniteMode = "throw" | "collect" | "ignore";
 
@@ -162,9 +172,15 @@ export function tensorToRt(what: string, t: Tensor, type: TensorType): RtTensor 
   if (isFloatDType(type.dtype)) {
     if (t.dtype === "bool")
       throw new InvalidArgumentError(`${what}: expected ${typeToString(type)}, got a bool tensor`);
-    const data = toFloat32(t.dtype, t.data);
+    const data = allocF32(t.data.length, false); // from the op-buffer pool during a run
+    if (t.dtype === "f32") data.set(t.data as Float32Array);
+    else if (t.dtype === "f16") {
+      const table = f16Table();
+      const src = t.data as Uint16Array;
+      for (let i = 0; i < src.length; i++) data[i] = table[src[i]];
+    } else data.set(toFloat32(t.dtype, t.data));
     // an fp16 input holds fp16 values in either mode
-    if (type.dtype === "fp16" && t.dtype !== "f16") roundF16InPlace(data);
+    if (type.dtype === "fp16" && t.dtype !== "f16") roundF16Values(data, false, false);
     return { type, data };
   }
   if (type.dtype === "bool") {
@@ -458,13 +474,32 @@ export class MilInterpreter {
         return v;
       },
       writeState: (name, value) => {
-        opBuffers.disown(value.data); // the state keeps it beyond this run
-        state.values.set(name, value);
+        // a pooled result is copied out: the state outlives the run, and a copy keeps the
+        // memory in the garbage collector's sight (the SIMD heap is not)
+        const pooled = opBuffers.owns(value.data);
+        const data = pooled ? (value.data as Float32Array | Int32Array | Uint8Array).slice() : value.data;
+        state.values.set(name, { type: value.type, data });
       },
     };
     const constEnv = this.prepare(ctx);
     const env = constEnv.slice();
     this.frame.env = env;
+    const prevPool = usePool(opBuffers);
+    try {
+      return this.runWith(inputs, opts, state, ctx, constEnv, env);
+    } finally {
+      usePool(prevPool);
+    }
+  }
+
+  private runWith(
+    inputs: Readonly<Record<string, Tensor>>,
+    opts: RunOptions,
+    state: MilState,
+    ctx: EvalContext,
+    constEnv: (RtTensor | undefined)[],
+    env: (RtTensor | undefined)[],
+  ): RunResult {
     for (const i of this.fn.inputs) {
       if (i.type.kind === "state") continue;
       const t = inputs[i.name];
@@ -486,12 +521,11 @@ export class MilInterpreter {
     const opTimes: OpTiming[] | undefined = opts.profile === "ops" ? [] : undefined;
     // pool-made arrays in use: how many slots hold each (views hold their input's array)
     const live = new Map<RtData, number>();
-    const prevPool = usePool(opBuffers);
-    try {
-      this.runSteps(env, ctx, live, nonFinite, profile, opTimes);
-    } finally {
-      usePool(prevPool);
+    for (const i of this.fn.inputs) {
+      const d = env[this.slots.get(i.name) as number]?.data;
+      if (d && opBuffers.owns(d)) live.set(d, (live.get(d) ?? 0) + 1);
     }
+    this.runSteps(env, ctx, live, nonFinite, profile, opTimes);
     const outputs: Record<string, Tensor> = {};
     for (const name of this.fn.block.outputs) {
       const v = env[this.slots.get(name) as number];
@@ -529,7 +563,7 @@ export class MilInterpreter {
           continue;
         }
         const rounded = fp16 && r.type.dtype === "fp16" && !this.keepFp32?.(s.op);
-        const nonFiniteAfterRounding = rounded ? roundF16InPlace(r.data, this.flush) : 0;
+        const nonFiniteAfterRounding = rounded ? roundF16Values(r.data, this.flush, bad !== undefined) : 0;
         if (!bad) continue;
         const count = rounded ? nonFiniteAfterRounding : countNonFinite(r.data);
         if (count === 0) continue;

@@ -96,9 +96,9 @@ const HEAP_POOL_MIN_ELEMENTS = 1024;
  * Op result buffers recycled by the interpreter. A fresh typed array of a few MB costs page
  * faults and garbage collection on every op (the decode of a 0.8B chain makes ~150 of them a
  * token); the interpreter hands a buffer back after the last op that reads it, and the next
- * allocation of that kind and size takes it. Buffers that leave a run (written to a state) are
- * disowned and never reused. Pooled arrays are known by identity, so an op's result must be a
- * new array or one of its inputs' arrays itself, never a subarray view of one.
+ * allocation of that kind and size takes it (what a run writes to a state is copied out).
+ * Pooled arrays are known by identity, so an op's result must be a new array or one of its
+ * inputs' arrays itself, never a subarray view of one.
  */
 export class BufferPool {
   private readonly free = new Map<number, PooledArray[]>();
@@ -150,11 +150,6 @@ export class BufferPool {
     list.push(a);
     this.isFree.add(a);
     this.freeBytes += a.byteLength;
-  }
-
-  /** `data` outlives the run (a state holds it): never hand it out again. */
-  disown(data: RtData): void {
-    if (!Array.isArray(data)) this.mine.delete(data);
   }
 }
 

@@ -5,7 +5,7 @@
  */
 import { type Tensor, tensor } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { MilBuilder, MilInterpreter, type MilVar, tensorType } from "../../src/mil/index.js";
+import { MilBuilder, MilInterpreter, type MilVar, roundF16InPlace, tensorType } from "../../src/mil/index.js";
 import { simdHeap } from "../../src/mil/kernels/simd.js";
 
 function lcg(seed: number): () => number {
@@ -134,6 +134,54 @@ describe("SIMD elementwise kernels on pooled results", () => {
       expectSameBits(got.data as Float32Array, want, `reduce_sum ${shape}`);
     }
   });
+});
+
+describe("fp16 rounding of pooled inputs and results", () => {
+  for (const flushSubnormals of [false, true]) {
+    it(`rounds like roundF16InPlace (edge values, a tail${flushSubnormals ? ", flushing subnormals" : ""})`, () => {
+      const r = lcg(9);
+      const n = 4099;
+      const vals = new Float32Array(n);
+      const edges = [
+        0,
+        -0,
+        65504,
+        65519.99,
+        65520,
+        -1e6,
+        2 ** -14,
+        2 ** -15,
+        -(2 ** -24),
+        3 * 2 ** -26,
+        1e-8,
+      ];
+      edges.push(Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, Number.NaN);
+      for (let i = 0; i < n; i++) vals[i] = i < edges.length ? edges[i] : r() * 2 ** ((i % 44) - 30);
+      const b = new MilBuilder({ opset: "CoreML8" });
+      const x = b.input("x", tensorType("fp16", [1, n]));
+      const two = b.const(Float32Array.of(2), "fp32", [], { name: "two" });
+      b.output("y", b.mul({ x: b.cast({ x, dtype: "fp32", name: "x32" }), y: two, name: "y32" }));
+      b.output("x16", b.mul({ x, y: b.const(Float32Array.of(1), "fp16", [], { name: "one" }), name: "x16" }));
+      const it = new MilInterpreter(b.program(), {
+        precision: "fp16",
+        flushSubnormals,
+        onNonFinite: "ignore",
+      });
+      const want = vals.slice();
+      roundF16InPlace(want); // inputs are rounded to fp16 without flushing
+      const wantX16 = want.slice();
+      roundF16InPlace(wantX16, flushSubnormals);
+      for (let run = 0; run < 2; run++) {
+        const out = it.run({ x: tensor("f32", [1, n], vals) }, { outputs: "fp32" }).outputs;
+        expectSameBits(out.x16.data as Float32Array, wantX16, `x·1 in fp16, run ${run}`);
+        expectSameBits(
+          out.y.data as Float32Array,
+          want.map((v) => v * 2),
+          `fp32 island, run ${run}`,
+        );
+      }
+    });
+  }
 });
 
 describe("op-buffer pool", () => {

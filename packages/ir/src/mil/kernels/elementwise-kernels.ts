@@ -11,7 +11,10 @@
  *     form vv, vs or sv; byte pointers, xs/ys row strides in bytes, out contiguous.
  *   `rsum(x, out, outer, R, inner)`: out[p·inner + i] = fp32(Σ_r x[(p·R + r)·inner + i]), the sum
  *     in float64 over ascending r.
+ *   `round_f16(x, n)` / `round_f16_flush(x, n)`: x[i] = fp16(x[i]) in place, as roundF16InPlace;
+ *     whole vectors, so up to 3 values past n are rounded too (heap blocks are 64-byte multiples).
  */
+import { emitRoundF16 } from "./packed-kernels.js";
 import { Fn, type FuncSpec, op } from "./wasm-asm.js";
 
 export const EW_OPS = ["add", "sub", "mul", "real_div"] as const;
@@ -150,7 +153,30 @@ function sumKernel(): FuncSpec {
   return f.spec();
 }
 
-/** Every elementwise kernel: the binary ones in EW_OPS × EW_FORMS order, then `rsum`. */
+function roundKernel(flush: boolean): FuncSpec {
+  const [X, N] = [0, 1];
+  const f = new Fn(flush ? "round_f16_flush" : "round_f16", 2);
+  const p = f.i32();
+  const end = f.i32();
+  const w = f.v128();
+  const t = [f.v128(), f.v128(), f.v128(), f.v128()];
+  f.set(p, get(X));
+  f.set(end, get(X), get(N), op.i32Const(2), op.i32Shl, op.i32Add);
+  f.whileLt(p, end, () => {
+    f.set(w, get(p), op.v128Load());
+    emitRoundF16(f, w, flush, t);
+    f.emit(get(p), get(w), op.v128Store());
+    f.set(p, addConst(p, 16));
+  });
+  return f.spec();
+}
+
+/** Every elementwise kernel: the binary ones in EW_OPS × EW_FORMS order, `rsum`, the roundings. */
 export function elementwiseKernels(): FuncSpec[] {
-  return [...EW_OPS.flatMap((o) => EW_FORMS.map((form) => binaryKernel(o, form))), sumKernel()];
+  return [
+    ...EW_OPS.flatMap((o) => EW_FORMS.map((form) => binaryKernel(o, form))),
+    sumKernel(),
+    roundKernel(false),
+    roundKernel(true),
+  ];
 }

@@ -292,7 +292,7 @@ function emitDecode16(
  * multiple of 2^-24 (RNE; (|x| + 0.5) − 0.5 in fp32 rounds there) or ±0 when flushing;
  * otherwise 10 mantissa bits, round to nearest even.
  */
-function emitRoundF16(f: Fn, w: number, flush: boolean, t: readonly number[]): void {
+export function emitRoundF16(f: Fn, w: number, flush: boolean, t: readonly number[]): void {
   const [abs, sign, r, mask] = t;
   const c32 = (v: number) => op.v128Const(splat32(v));
   f.set(abs, get(w), c32(0x7fffffff), op.v128And);

@@ -173,6 +173,8 @@ class WasmHeap {
   readonly outScratch = new Scratch();
   /** Copies of weights that live outside the heap. */
   readonly wScratch = new Scratch();
+  /** Small elementwise operands that live outside the heap. */
+  readonly ewScratch = new Scratch();
   private readonly rowScratch: Scratch[] = [];
   /** Products split over worker threads so far (for tests and benchmarks). */
   parallelRuns = 0;
@@ -248,6 +250,11 @@ class WasmHeap {
   /** out[p·inner + i] = Σ_r x[(p·R + r)·inner + i] summed in float64 (`rsum`); byte offsets. */
   sumAxis(x: number, out: number, outer: number, R: number, inner: number): void {
     this.fns[KERNEL_INDEX.get("rsum") as number](x, out, outer, R, inner, 0, 0, 0);
+  }
+
+  /** Rounds the n values at byte offset x to fp16 in place (`round_f16*`; a heap array's block). */
+  roundF16(x: number, n: number, flush: boolean): void {
+    this.fns[KERNEL_INDEX.get(flush ? "round_f16_flush" : "round_f16") as number](x, n, 0, 0, 0, 0, 0, 0);
   }
 
   /** Thread `t`'s block of at least `bytes` for decoded rows; undefined when out of memory. */

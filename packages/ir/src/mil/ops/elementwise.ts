@@ -73,6 +73,8 @@ function evalBinary(type: string, x: RtTensor, y: RtTensor, out: TensorType): Rt
 }
 
 const SIMD_OPS: ReadonlySet<string> = new Set(EW_OPS);
+/** Operands outside the SIMD heap up to this many values are copied in for the SIMD kernels. */
+const SMALL_OPERAND = 8192;
 
 /**
  * Float add/sub/mul/real_div whose operands and result all live in the SIMD heap (the
@@ -91,10 +93,22 @@ function binarySimd(
   if (!SIMD_OPS.has(type) || !(o instanceof Float32Array)) return false;
   if (!(xd instanceof Float32Array && yd instanceof Float32Array)) return false;
   const h = simdHeap();
-  const xo = h?.offsetOf(xd);
-  const yo = h?.offsetOf(yd);
   const oo = h?.offsetOf(o);
-  if (!h || xo === undefined || yo === undefined || oo === undefined) return false;
+  if (!h || oo === undefined) return false;
+  let xo = h.offsetOf(xd);
+  let yo = h.offsetOf(yd);
+  if (xo === undefined || yo === undefined) {
+    // a small operand (a per-head scalar, a bias) outside the heap: copied into its scratch
+    const xn = xo === undefined ? xd.length : 0;
+    const yn = yo === undefined ? yd.length : 0;
+    if (xn + yn > SMALL_OPERAND) return false;
+    const at = h.ewScratch.ensure(h, 4 * (xn + yn) + 64);
+    if (at === undefined) return false;
+    if (xn) h.view(at, xn).set(xd);
+    if (yn) h.view(at + 4 * xn, yn).set(yd);
+    xo ??= at;
+    yo ??= at + 4 * xn;
+  }
   const rank = dims.length;
   const ix = sx[rank - 1];
   const iy = sy[rank - 1];
