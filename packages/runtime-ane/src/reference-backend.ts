@@ -64,8 +64,13 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
           counter.predictions++;
           counter.bytesIn += tensorBytes(inputs);
           const st = state instanceof InterpreterState ? state : undefined;
-          // fp32 outputs skip an fp16 bit-pattern round trip; fp16-typed inputs round them again
-          const r = fn.run(st ? st.bind(inputs) : inputs, { state: st?.core, outputs: "fp32" }).outputs;
+          // fp32 outputs skip an fp16 bit-pattern round trip; fp16-typed inputs round them again.
+          // Carried state outputs are written into the buffers they replace (no allocation a step).
+          const r = fn.run(st ? st.bind(inputs) : inputs, {
+            state: st?.core,
+            outputs: "fp32",
+            into: st?.carriedTargets(),
+          }).outputs;
           let outputs = r;
           if (st) {
             const kept = st.keep(r, position);

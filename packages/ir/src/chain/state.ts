@@ -233,6 +233,16 @@ export class HostState<Core = undefined> implements ChainComponentState {
     return this.coreCopies.copy(core);
   }
 
+  /**
+   * The kept buffers by the name of the output carried into them: a backend may write a step's
+   * carried outputs into them in place (after reading its inputs), so that keeping them is free.
+   */
+  carriedTargets(): Record<string, Tensor> {
+    const out: Record<string, Tensor> = {};
+    for (const b of this.plan.carried) out[b.output.name] = this.buffers.get(b.input.name) as Tensor;
+    return out;
+  }
+
   /** The host's inputs plus the kept buffers, by input name. */
   bind(host: Record<string, Tensor>): Record<string, Tensor> {
     const all: Record<string, Tensor> = { ...host };

@@ -99,6 +99,13 @@ export interface RunOptions {
   readonly state?: MilState | Readonly<Record<string, Tensor>>;
   /** "declared" (default): outputs in their declared dtype (fp16 as f16 bits); "fp32": all floats as f32. */
   readonly outputs?: "declared" | "fp32";
+  /**
+   * Outputs to write into these tensors (by output name) instead of new ones, where the dtype
+   * and shape match what `outputs` asks for: a caller that feeds a step's outputs back as the
+   * next step's inputs (carried state) allocates nothing per step. Safe to pass the tensors given
+   * as this run's inputs: inputs are copied in before any output is written.
+   */
+  readonly into?: Readonly<Record<string, Tensor>>;
   /** Time each op type (result.profile); "ops" also times every op by name (result.opTimes). */
   readonly profile?: boolean | "ops";
 }
@@ -138,12 +145,25 @@ const MIL_TO_DTYPE: Partial<Record<MilDType, DType>> = {
   bool: "bool",
 };
 
-/** Converts an interpreter value to a Tensor in its declared dtype (or f32 for floats). */
-export function rtToTensor(t: RtTensor, format: "declared" | "fp32" = "declared"): Tensor {
+/**
+ * Converts an interpreter value to a Tensor in its declared dtype (or f32 for floats): a copy,
+ * written into `into` when that is an f32 tensor of the same size.
+ */
+export function rtToTensor(t: RtTensor, format: "declared" | "fp32" = "declared", into?: Tensor): Tensor {
   const { dtype, shape } = t.type;
   if (isFloatDType(dtype)) {
     const src = t.data as Float32Array;
-    if (format === "fp32" || dtype === "fp32" || dtype === "fp64") return tensor("f32", shape, src.slice());
+    if (format === "fp32" || dtype === "fp32" || dtype === "fp64") {
+      if (
+        into?.dtype === "f32" &&
+        into.data.length === src.length &&
+        shapeStr(into.shape) === shapeStr(shape)
+      ) {
+        (into.data as Float32Array).set(src);
+        return into;
+      }
+      return tensor("f32", shape, src.slice());
+    }
     const out = new Uint16Array(src.length);
     if (dtype === "fp16") for (let i = 0; i < src.length; i++) out[i] = f32ToF16Bits(src[i]);
     else {
@@ -530,7 +550,7 @@ export class MilInterpreter {
     for (const name of this.fn.block.outputs) {
       const v = env[this.slots.get(name) as number];
       if (!v) throw new MilRuntimeError(`output '${name}' was not computed`);
-      outputs[name] = rtToTensor(v, opts.outputs); // a copy
+      outputs[name] = rtToTensor(v, opts.outputs, opts.into?.[name]); // a copy
     }
     for (const b of live.keys()) opBuffers.release(b);
     this.frame.env = constEnv;

@@ -227,3 +227,29 @@ describe("op-buffer pool", () => {
     expect(snapshots.length).toBe(xs.length);
   });
 });
+
+describe("outputs written into given tensors", () => {
+  it("writes a carried output into the tensor that was its input, after reading it", () => {
+    const b = new MilBuilder({ opset: "CoreML8" });
+    const x = b.input("x", tensorType("fp32", [2, 600]));
+    const two = b.const(Float32Array.of(2), "fp32", [], { name: "two" });
+    b.output("next", b.add({ x: b.mul({ x, y: two, name: "x2" }), y: x, name: "next" }));
+    const it = new MilInterpreter(b.program(), { onNonFinite: "ignore" });
+    const r = lcg(2);
+    const carried = randomTensor([2, 600], r);
+    const first = (carried.data as Float32Array).slice();
+    const out = it.run({ x: carried }, { outputs: "fp32", into: { next: carried } }).outputs.next;
+    expect(out).toBe(carried); // no new tensor
+    expectSameBits(
+      carried.data as Float32Array,
+      first.map((v) => Math.fround(Math.fround(v * 2) + v)),
+      "x·2 + x written over x",
+    );
+    // a target of another shape or dtype is not used
+    const other = tensor("f32", [600, 2], new Float32Array(1200));
+    const fresh = it.run({ x: carried }, { outputs: "fp32", into: { next: other } }).outputs.next;
+    expect(fresh).not.toBe(other);
+    expect(fresh.shape).toEqual([2, 600]);
+    expect((other.data as Float32Array).every((v) => v === 0)).toBe(true);
+  });
+});
