@@ -131,7 +131,7 @@ export class BufferPool {
     return a;
   }
 
-  /** Whether `data` is an array this pool made (and has not left a run). */
+  /** Whether `data` is an array this pool made. */
   owns(data: RtData): boolean {
     return !Array.isArray(data) && this.mine.has(data);
   }
