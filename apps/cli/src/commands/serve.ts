@@ -5,6 +5,7 @@ import {
   createServer,
   DEFAULT_DRAIN_MS,
   DEFAULT_HOST,
+  DEFAULT_MAX_BODY_BYTES,
   DEFAULT_PORT,
   DEFAULT_PROMPT_CACHE_BYTES,
   DEFAULT_QUEUE,
@@ -42,7 +43,12 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
     .option("--port <n>", "port (0: any free one)", int("--port", 0, 65535), DEFAULT_PORT)
     .option("--api-key <key>", "require Authorization: Bearer <key> (default: $ANEMLL_QWEN35_API_KEY)")
     .option("--queue <n>", "requests that may wait per model; more get 429", int("--queue", 0), DEFAULT_QUEUE)
-    .option("--max-body <size>", "largest request body (e.g. 1mb, 512kb)", bytes("--max-body"), 1_000_000)
+    .option(
+      "--max-body <size>",
+      "largest request body (e.g. 2mb, 512kb; default: the server's 1 MiB)",
+      bytes("--max-body"),
+      DEFAULT_MAX_BODY_BYTES,
+    )
     .option("--model-name <name>", "the name clients use for the model (one model only)")
     .option(
       "--prompt-cache <size>",
