@@ -29,7 +29,7 @@ import { fileURLToPath } from "node:url";
 import { convert } from "@anemll-qwen35/converter";
 import type { WeightMode } from "@anemll-qwen35/ir/mil";
 import { benchMachine, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
-import { ChainRunner, referenceBackend } from "../src/index.js";
+import { measureDecode } from "./decode-baseline.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const arg = (name: string, dflt: string) => {
@@ -38,8 +38,6 @@ const arg = (name: string, dflt: string) => {
 };
 const STEPS = Number(arg("--steps", "8"));
 const cache = join(process.env.ANEMLL_QWEN35_CACHE ?? join(homedir(), ".cache", "anemll-qwen35"), "bench");
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const peakRss = () => process.resourceUsage().maxRSS * 1024;
 
 interface Row {
   model: string;
@@ -63,50 +61,10 @@ interface Row {
   loadAverage1m: number;
 }
 
-/** One measurement, in this process (the child side). */
-async function measure(dir: string, precision: "fp32" | "fp16", weights: WeightMode) {
-  const loadStart = performance.now();
-  // the chain alone: the synthetic checkpoint has no tokenizer, and token ids are all we feed
-  const model = await ChainRunner.load(dir, { backend: referenceBackend({ precision, weights }) });
-  const loadMs = performance.now() - loadStart;
-  const firstStart = performance.now();
-  await model.prefill([1, 2, 3, 4]);
-  const prefillFirstMs = performance.now() - firstStart;
-  const times: number[] = [];
-  const cpu: number[] = [];
-  let token = 5;
-  for (let i = 0; i <= STEPS; i++) {
-    const c0 = process.cpuUsage();
-    const t0 = performance.now();
-    const out = await model.decode(token);
-    const c = process.cpuUsage(c0);
-    if (i > 0) {
-      // step 0 warms up
-      times.push(performance.now() - t0);
-      cpu.push((c.user + c.system) / 1000);
-    }
-    token = "logits" in out ? out.logits.indexOf(Math.max(...out.logits.subarray(0, 1000))) : out.top1.id;
-  }
-  const rssBytes = process.memoryUsage().rss;
-  model.dispose();
-  const ms = median(times);
-  const cpuMs = median(cpu);
-  return {
-    loadMs,
-    prefillFirstMs,
-    decodeMsMedian: ms,
-    decodeMs: times,
-    tokPerS: 1000 / ms,
-    decodeCpuMsMedian: cpuMs,
-    tokPerCpuS: 1000 / cpuMs,
-    rssBytes,
-  };
-}
-
 if (process.argv[2] === "--child") {
   const [dir, precision, weights] = process.argv.slice(3) as [string, "fp32" | "fp16", WeightMode];
-  const r = await measure(dir, precision, weights);
-  console.log(`RESULT ${JSON.stringify({ ...r, peakRssBytes: peakRss() })}`);
+  const r = await measureDecode(dir, precision, STEPS, { weights });
+  console.log(`RESULT ${JSON.stringify(r)}`);
   process.exit(0);
 }
 

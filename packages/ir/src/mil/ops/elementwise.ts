@@ -54,13 +54,33 @@ function evalBinary(type: string, x: RtTensor, y: RtTensor, out: TensorType): Rt
   const iy = sy[rank - 1];
   if (binarySimd(type, xd, yd, o, dims, sx, sy)) return { type: out, data: o };
   const isInt = x.data instanceof Int32Array;
-  // rows of `inner` elements; an odometer over the outer dims moves the operand offsets
-  const idx = new Array<number>(rank).fill(0);
+  forEachBlock(dims, sx, sy, 1, (xb, yb, ob) => binaryRow(type, isInt, xd, xb, ix, yd, yb, iy, o, ob, inner));
+  return { type: out, data: o };
+}
+
+/**
+ * Calls visit(xb, yb, ob) for each block of the last `blockDims` plan dims: ob the block's output
+ * offset (the output is contiguous in plan order), xb / yb the operands', moved by an odometer
+ * over the dims before the block.
+ */
+function forEachBlock(
+  dims: readonly number[],
+  sx: readonly number[],
+  sy: readonly number[],
+  blockDims: number,
+  visit: (xb: number, yb: number, ob: number) => void,
+): void {
+  const outer = Math.max(0, dims.length - blockDims);
+  let block = 1;
+  for (let d = outer; d < dims.length; d++) block *= dims[d];
+  let total = block;
+  for (let d = 0; d < outer; d++) total *= dims[d];
+  const idx = new Array<number>(outer).fill(0);
   let xb = 0;
   let yb = 0;
-  for (let ob = 0; ob < n; ob += inner) {
-    binaryRow(type, isInt, xd, xb, ix, yd, yb, iy, o, ob, inner);
-    for (let d = rank - 2; d >= 0; d--) {
+  for (let ob = 0; ob < total; ob += block) {
+    visit(xb, yb, ob);
+    for (let d = outer - 1; d >= 0; d--) {
       xb += sx[d];
       yb += sy[d];
       if (++idx[d] < dims[d]) break;
@@ -69,7 +89,6 @@ function evalBinary(type: string, x: RtTensor, y: RtTensor, out: TensorType): Rt
       idx[d] = 0;
     }
   }
-  return { type: out, data: o };
 }
 
 const SIMD_OPS: ReadonlySet<string> = new Set(EW_OPS);
@@ -119,20 +138,10 @@ function binarySimd(
   const rows = rank > 1 ? dims[rank - 2] : 1;
   const rowX = rank > 1 ? sx[rank - 2] * 4 : 0;
   const rowY = rank > 1 ? sy[rank - 2] * 4 : 0;
-  const idx = new Array<number>(Math.max(0, rank - 2)).fill(0);
-  let xb = 0;
-  let yb = 0;
-  for (let ob = 0; ob < o.length; ob += rows * n) {
-    h.binary(type as EwOp, form, xo + 4 * xb, yo + 4 * yb, oo + 4 * ob, rows, n, rowX, rowY);
-    for (let d = rank - 3; d >= 0; d--) {
-      xb += sx[d];
-      yb += sy[d];
-      if (++idx[d] < dims[d]) break;
-      xb -= sx[d] * dims[d];
-      yb -= sy[d] * dims[d];
-      idx[d] = 0;
-    }
-  }
+  const [x0, y0, o0] = [xo, yo, oo];
+  forEachBlock(dims, sx, sy, 2, (xb, yb, ob) =>
+    h.binary(type as EwOp, form, x0 + 4 * xb, y0 + 4 * yb, o0 + 4 * ob, rows, n, rowX, rowY),
+  );
   return true;
 }
 
