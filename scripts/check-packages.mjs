@@ -73,6 +73,19 @@ for (const [dir, pj] of manifests) {
     for (const n of Object.keys({ ...pj.dependencies, ...pj.peerDependencies }))
       if (privateNames.has(n)) say(`is public but depends on the private ${n}`);
   }
+  // a file src/ opens at run time beside itself (a worker: `new URL("./x.js", import.meta.url)`)
+  // must be in the build output, or the published package fails where the sources work
+  if (existsSync(join(dir, "dist"))) {
+    for (const f of files(join(dir, "src"))) {
+      for (const line of readFileSync(f, "utf8").split("\n")) {
+        if (!line.includes("new URL(")) continue;
+        for (const m of line.matchAll(/["']\.\/([\w.-]+\.js)["']/g)) {
+          if (!existsSync(join(dir, "dist", m[1])))
+            say(`${f.slice(dir.length + 1)} opens ./${m[1]} at run time, but the build has no dist/${m[1]}`);
+        }
+      }
+    }
+  }
 }
 if (problems.length) {
   console.error(`package dependencies:\n  ${problems.join("\n  ")}`);
