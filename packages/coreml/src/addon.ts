@@ -1,5 +1,5 @@
 /**
- * The Core ML addon (native/coreml_addon.mm), loaded only on macOS where it was built. Elsewhere,
+ * The Core ML addon (native/*.mm, one addon), loaded only on macOS where it was built. Elsewhere,
  * and when it was not built or the OS is too old for what is asked, `coreMLAvailability()` says
  * why and `loadCoreMLAddon()` throws a `CoreMLUnavailableError` saying so; nothing pretends to be
  * Core ML.

@@ -42,6 +42,29 @@ describe("Objective-C++ sources", () => {
     }
   });
 
+  it("are packed: every native/ file a CMakeLists.txt builds is in its package.json files", () => {
+    // npm's `files` globs: `*` within one path segment (all this repository uses)
+    const glob = (g: string) =>
+      new RegExp(`^${g.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/\*/g, "[^/]*")}$`);
+    for (const pkg of new Set(files.map((f) => f.split("/")[1]))) {
+      const dir = join(ROOT, "packages", pkg);
+      const built = readFileSync(join(dir, "CMakeLists.txt"), "utf8").match(/native\/[\w.-]+/g) ?? [];
+      expect(built.length, `packages/${pkg}/CMakeLists.txt names no native/ source`).toBeGreaterThan(0);
+      const packed = (JSON.parse(readFileSync(join(dir, "package.json"), "utf8")).files as string[]).map(
+        glob,
+      );
+      for (const f of built) {
+        expect(existsSync(join(dir, f)), `packages/${pkg}/CMakeLists.txt builds ${f}, which is missing`).toBe(
+          true,
+        );
+        expect(
+          packed.some((g) => g.test(f)),
+          `packages/${pkg}/${f} is built but not in package.json files`,
+        ).toBe(true);
+      }
+    }
+  });
+
   it.skipIf(!existsSync(CHECK))(
     `are the files check.sh compiles by default (skipped: ${CHECK} is not here)`,
     () => {
