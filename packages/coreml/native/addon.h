@@ -3,11 +3,12 @@
 //
 //   coreml_addon.mm  module registration, async jobs, argument parsing
 //   arrays.mm        element types, shapes, MLMultiArray access and IOSurface-backed arrays
-//   load.mm          compile, load, the model wrapper (describe, stats, dispose)
+//   load.mm          compile, load, the model wrapper (describe, stats, dispose, unload)
 //   predict.mm       predict: inputs in, state bound and kept, outputs out
 //   state.mm         newState and the state wrapper (reset, read, write)
-//   compute_plan.mm  MLComputePlan per operation
+//   compute_plan.mm  MLComputePlan per operation of a function
 //   measure.mm       a timed prediction loop
+//   machine.mm       macOS version, Core ML's compute devices, the process's memory footprint
 #pragma once
 
 #import <CoreML/CoreML.h>
@@ -79,8 +80,10 @@ struct Job {
 };
 
 // Runs `work` on `queue` inside an autorelease pool and settles the returned promise, on the JS
-// thread, with what it left in the job. Objective-C and C++ exceptions become errors.
-Napi::Promise Run(Napi::Env env, dispatch_queue_t queue, const char* what, std::function<void(Job&)> work);
+// thread, with what it left in the job. Objective-C and C++ exceptions become errors. With
+// `after`, the work waits until every task of that group has left it (dispatch_group_notify).
+Napi::Promise Run(Napi::Env env, dispatch_queue_t queue, const char* what, std::function<void(Job&)> work,
+                  dispatch_group_t after = nil);
 dispatch_queue_t WorkQueue();
 
 // Drops a reference on `queue`, after the work queued there before.
@@ -110,6 +113,11 @@ struct Stats {
 };
 
 struct ModelCore {
+  ModelCore() { dispatch_group_enter(loaded); }
+  ~ModelCore();  // releases the MLModel, then leaves `loaded` (load.mm)
+  ModelCore(const ModelCore&) = delete;
+  ModelCore& operator=(const ModelCore&) = delete;
+
   MLModel* model = nil;
   dispatch_queue_t queue = nil;
   std::mutex predicting;  // one prediction of this model at a time
@@ -118,6 +126,8 @@ struct ModelCore {
   std::unordered_map<std::string, std::vector<int64_t>> inputShapes, outputShapes;
   std::unordered_map<std::string, DType> outputTypes;
   Stats stats;
+  // Entered while this core lives, so that unload() can wait for the MLModel to be released.
+  dispatch_group_t loaded = dispatch_group_create();
 };
 
 // A buffer used in turn: step t reads buf[cur] and writes buf[1 - cur].
@@ -170,7 +180,7 @@ class StateWrap : public Napi::ObjectWrap<StateWrap> {
   std::shared_ptr<StateCore> core_;
 };
 
-// CoreMLModel: describe, stats, dispose (load.mm), newState (state.mm), predict (predict.mm).
+// CoreMLModel: describe, stats, dispose, unload (load.mm), newState (state.mm), predict (predict.mm).
 class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
  public:
   static Napi::Function Define(Napi::Env env);
@@ -186,14 +196,24 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Predict(const Napi::CallbackInfo& info);
   Napi::Value GetStats(const Napi::CallbackInfo& info);
   Napi::Value Dispose(const Napi::CallbackInfo& info);
+  Napi::Value Unload(const Napi::CallbackInfo& info);
   std::shared_ptr<ModelCore> core_;
+  std::weak_ptr<ModelCore> released_;  // after dispose(): for an unload() that follows
 };
 
-// --- The module's functions (one file each, but for MacOSVersion in coreml_addon.mm)
+// --- Compute devices (machine.mm)
 
-Napi::Value Compile(const Napi::CallbackInfo& info);      // load.mm
-Napi::Value Load(const Napi::CallbackInfo& info);         // load.mm
-Napi::Value ComputePlan(const Napi::CallbackInfo& info);  // compute_plan.mm
-Napi::Value Measure(const Napi::CallbackInfo& info);      // measure.mm
+enum class DeviceKind { None, CPU, GPU, NeuralEngine, Other };
+DeviceKind KindOf(id<MLComputeDeviceProtocol> d);  // None for nil
+
+// --- The module's functions
+
+Napi::Value Compile(const Napi::CallbackInfo& info);          // load.mm
+Napi::Value Load(const Napi::CallbackInfo& info);             // load.mm
+Napi::Value ComputePlan(const Napi::CallbackInfo& info);      // compute_plan.mm
+Napi::Value Measure(const Napi::CallbackInfo& info);          // measure.mm
+Napi::Value ComputeDevices(const Napi::CallbackInfo& info);   // machine.mm
+Napi::Value MemoryFootprint(const Napi::CallbackInfo& info);  // machine.mm
+Napi::Value MacOSVersion(const Napi::CallbackInfo& info);     // machine.mm
 
 }  // namespace coreml_addon

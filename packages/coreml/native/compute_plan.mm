@@ -25,12 +25,15 @@ struct PlanFunction {
   std::vector<PlanOp> ops;
 };
 
-API_AVAILABLE(macos(14.4))
+// costplan's device names; "" for none, or a kind this addon does not know.
 std::string DeviceName(id<MLComputeDeviceProtocol> d) {
-  if (!d) return "";
-  if ([(id)d isKindOfClass:[MLNeuralEngineComputeDevice class]]) return "ANE";
-  if ([(id)d isKindOfClass:[MLGPUComputeDevice class]]) return "GPU";
-  if ([(id)d isKindOfClass:[MLCPUComputeDevice class]]) return "CPU";
+  switch (KindOf(d)) {
+    case DeviceKind::NeuralEngine: return "ANE";
+    case DeviceKind::GPU: return "GPU";
+    case DeviceKind::CPU: return "CPU";
+    case DeviceKind::None:
+    case DeviceKind::Other: break;
+  }
   return "";
 }
 
@@ -91,7 +94,8 @@ Napi::Value PlanToJS(Napi::Env env, const std::vector<PlanFunction>& functions) 
 
 // computePlan(compiledPath, computeUnits, functionName | null, timeoutMs)
 //   → Promise<{functions: [{name, operations: [{operatorName, outputs, preferred, supported, cost}]}]}>
-// Operations of nested blocks follow the operation that holds them.
+// Every function of the program, or with functionName that one alone (an error when the program
+// has no such function). Operations of nested blocks follow the operation that holds them.
 Napi::Value ComputePlan(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const ModelArgs args = ModelArgsOf(info);
@@ -129,8 +133,18 @@ Napi::Value ComputePlan(const Napi::CallbackInfo& info) {
         job.error = path + " is not an ML Program (MLComputePlan has no program structure)";
         return;
       }
+      // With a function named, the plan is that function's (the configuration selects it): only
+      // its operations are read.
+      NSArray<NSString*>* names = [program.functions.allKeys sortedArrayUsingSelector:@selector(compare:)];
+      if (!function.empty()) {
+        if (!program.functions[ToNS(function)]) {
+          job.error = path + " has no function " + function + " (it has " + FromNS([names componentsJoinedByString:@", "]) + ")";
+          return;
+        }
+        names = @[ ToNS(function) ];
+      }
       auto functions = std::make_shared<std::vector<PlanFunction>>();
-      for (NSString* name in [program.functions.allKeys sortedArrayUsingSelector:@selector(compare:)]) {
+      for (NSString* name in names) {
         PlanFunction pf;
         pf.name = FromNS(name);
         VisitBlock(plan, program.functions[name].block, &pf.ops);

@@ -95,12 +95,13 @@ using Settler = Napi::TypedThreadSafeFunction<std::nullptr_t, Job, SettleJob>;
 
 }  // namespace
 
-Napi::Promise Run(Napi::Env env, dispatch_queue_t queue, const char* what, std::function<void(Job&)> work) {
+Napi::Promise Run(Napi::Env env, dispatch_queue_t queue, const char* what, std::function<void(Job&)> work,
+                  dispatch_group_t after) {
   auto* job = new Job(env);
   Napi::Promise promise = job->deferred.Promise();
   Settler settle = Settler::New(env, what, 0, 1);
   std::string label = what;
-  dispatch_async(queue, ^{
+  dispatch_block_t task = ^{
     @autoreleasepool {
       try {
         @try {
@@ -114,7 +115,9 @@ Napi::Promise Run(Napi::Env env, dispatch_queue_t queue, const char* what, std::
     }
     if (settle.BlockingCall(job) != napi_ok) delete job;  // the environment is going away
     settle.Release();
-  });
+  };
+  if (after) dispatch_group_notify(after, queue, task);
+  else dispatch_async(queue, task);
   return promise;
 }
 
@@ -124,11 +127,6 @@ dispatch_queue_t WorkQueue() { return dispatch_get_global_queue(QOS_CLASS_USER_I
 // The module
 
 namespace {
-
-Napi::Value MacOSVersion(const Napi::CallbackInfo& info) {
-  NSOperatingSystemVersion v = [[NSProcessInfo processInfo] operatingSystemVersion];
-  return Napi::String::New(info.Env(), std::to_string(v.majorVersion) + "." + std::to_string(v.minorVersion));
-}
 
 Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();
@@ -142,6 +140,8 @@ Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   exports.Set("load", Napi::Function::New(env, Load));
   exports.Set("computePlan", Napi::Function::New(env, ComputePlan));
   exports.Set("measure", Napi::Function::New(env, Measure));
+  exports.Set("computeDevices", Napi::Function::New(env, ComputeDevices));
+  exports.Set("memoryFootprint", Napi::Function::New(env, MemoryFootprint));
   exports.Set("macosVersion", Napi::Function::New(env, MacOSVersion));
   return exports;
 }

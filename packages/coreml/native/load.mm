@@ -1,5 +1,10 @@
 // Compiling and loading Core ML packages, and the model wrapper JS holds (describe, stats,
-// dispose; newState is in state.mm, predict in predict.mm).
+// dispose, unload; newState is in state.mm, predict in predict.mm).
+//
+// Unloading: Core ML has no unload call (MLModel.h, MLModel+MLState.h): a model's resources go
+// with the MLModel object. This addon holds it in one ModelCore, referenced by the wrapper and by
+// each job queued for it, so the MLModel is released when the last of them lets go; unload()
+// resolves at that moment.
 //
 // Apple APIs: +[MLModel compileModelAtURL:error:], +[MLModel modelWithContentsOfURL:configuration:error:],
 // MLModelConfiguration.computeUnits and .functionName (macOS 15), MLModelDescription's
@@ -132,17 +137,29 @@ Napi::Function ModelWrap::Define(Napi::Env env) {
                                              InstanceMethod("predict", &ModelWrap::Predict),
                                              InstanceMethod("stats", &ModelWrap::GetStats),
                                              InstanceMethod("dispose", &ModelWrap::Dispose),
+                                             InstanceMethod("unload", &ModelWrap::Unload),
                                          });
+}
+
+// The last reference to a model may drop on any thread (a finished job's block): release the
+// MLModel inside a pool of its own, then say so to an unload() waiting on `loaded`.
+ModelCore::~ModelCore() {
+  @autoreleasepool {
+    model = nil;
+    hostBackings = nil;
+  }
+  dispatch_group_leave(loaded);
 }
 
 void ModelWrap::Release() {
   if (!core_) return;
+  released_ = core_;
   dispatch_queue_t queue = core_->queue;
   ReleaseOn(queue, std::move(core_));
 }
 
 std::shared_ptr<ModelCore> ModelWrap::Live(Napi::Env env) const {
-  if (!core_) throw Napi::Error::New(env, "Core ML model used after dispose()");
+  if (!core_) throw Napi::Error::New(env, "Core ML model used after dispose() or unload()");
   return core_;
 }
 
@@ -161,6 +178,17 @@ Napi::Value ModelWrap::GetStats(const Napi::CallbackInfo& info) {
 Napi::Value ModelWrap::Dispose(const Napi::CallbackInfo& info) {
   Release();
   return info.Env().Undefined();
+}
+
+// unload() → Promise<void>: dispose(), then settles once this addon holds the MLModel no more
+// (the predictions asked for before have finished and dropped it). Also after dispose().
+Napi::Value ModelWrap::Unload(const Napi::CallbackInfo& info) {
+  std::shared_ptr<ModelCore> core = core_ ? core_ : released_.lock();
+  Release();
+  dispatch_group_t loaded = core ? core->loaded : dispatch_group_create();  // an empty group: already released
+  if (core) ReleaseOn(core->queue, std::move(core));
+  return Run(info.Env(), WorkQueue(), "unload", [](Job& job) { job.value = [](Napi::Env env) { return env.Undefined(); }; },
+             loaded);
 }
 
 namespace {

@@ -170,6 +170,28 @@ bool KeepState(id<MLFeatureProvider> result, int64_t position, const std::vector
   return true;
 }
 
+// The JS input `name` ({data, shape, dtype}), copied: the JS array may change while Core ML runs.
+HostTensor InputArg(Napi::Env env, const std::string& name, Napi::Value v) {
+  if (!v.IsObject()) throw Napi::TypeError::New(env, "input " + name + " must be {data, shape, dtype}");
+  Napi::Object t = v.As<Napi::Object>();
+  HostTensor b;
+  b.name = name;
+  if (!t.Get("dtype").IsString() || !ParseDType(t.Get("dtype").As<Napi::String>(), &b.dtype)) {
+    throw Napi::TypeError::New(env, "input " + name + ": dtype must be fp16, fp32 or int32");
+  }
+  b.shape = ShapeArg(env, t.Get("shape"), "input " + name);
+  if (!t.Get("data").IsTypedArray()) throw Napi::TypeError::New(env, "input " + name + ": data must be a typed array");
+  Napi::TypedArray data = t.Get("data").As<Napi::TypedArray>();
+  const size_t bytes = (size_t)Count(b.shape) * ElemSize(b.dtype);
+  if (data.ByteLength() != bytes) {
+    throw Napi::RangeError::New(env, "input " + name + ": shape " + ShapeText(b.shape) + " needs " + std::to_string(bytes) +
+                                         " bytes, got " + std::to_string(data.ByteLength()));
+  }
+  const uint8_t* src = static_cast<const uint8_t*>(data.ArrayBuffer().Data()) + data.ByteOffset();
+  b.bytes.assign(src, src + bytes);
+  return b;
+}
+
 }  // namespace
 
 // predict(inputs: {name: {data, shape, dtype}}, state?: CoreMLState, position?: number)
@@ -184,25 +206,8 @@ Napi::Value ModelWrap::Predict(const Napi::CallbackInfo& info) {
   uint64_t bytesIn = 0;
   for (uint32_t i = 0; i < names.Length(); i++) {
     const std::string name = names.Get(i).As<Napi::String>();
-    if (!in.Get(name).IsObject()) throw Napi::TypeError::New(env, "input " + name + " must be {data, shape, dtype}");
-    Napi::Object t = in.Get(name).As<Napi::Object>();
-    HostTensor b;
-    b.name = name;
-    if (!t.Get("dtype").IsString() || !ParseDType(t.Get("dtype").As<Napi::String>(), &b.dtype)) {
-      throw Napi::TypeError::New(env, "input " + name + ": dtype must be fp16, fp32 or int32");
-    }
-    b.shape = ShapeArg(env, t.Get("shape"), "input " + name);
-    if (!t.Get("data").IsTypedArray()) throw Napi::TypeError::New(env, "input " + name + ": data must be a typed array");
-    Napi::TypedArray data = t.Get("data").As<Napi::TypedArray>();
-    const size_t bytes = (size_t)Count(b.shape) * ElemSize(b.dtype);
-    if (data.ByteLength() != bytes) {
-      throw Napi::RangeError::New(env, "input " + name + ": shape " + ShapeText(b.shape) + " needs " + std::to_string(bytes) +
-                                           " bytes, got " + std::to_string(data.ByteLength()));
-    }
-    const uint8_t* src = static_cast<const uint8_t*>(data.ArrayBuffer().Data()) + data.ByteOffset();
-    b.bytes.assign(src, src + bytes);  // copied: the JS array may change while Core ML runs
-    bytesIn += bytes;
-    inputs->push_back(std::move(b));
+    inputs->push_back(InputArg(env, name, in.Get(name)));
+    bytesIn += inputs->back().bytes.size();
   }
   std::shared_ptr<StateCore> state;
   if (info.Length() > 1 && !info[1].IsUndefined() && !info[1].IsNull()) {

@@ -98,6 +98,13 @@ export interface NativeModel {
   stats(): NativeStats;
   /** Drops this handle; predictions already asked for still finish. Never blocks. */
   dispose(): void;
+  /**
+   * `dispose()`, then resolves once the addon holds the MLModel no more: the predictions asked for
+   * before have finished and the last reference is released (Core ML has no unload call; a model's
+   * resources go with the MLModel object). Also after `dispose()`. States made from the model keep
+   * their MLState until they are dropped themselves.
+   */
+  unload(): Promise<void>;
 }
 
 /** One operation of MLComputePlan's view of a compiled program. */
@@ -117,6 +124,25 @@ export interface NativePlan {
   readonly functions: readonly { readonly name: string; readonly operations: readonly NativePlanOp[] }[];
 }
 
+/** One entry of MLAllComputeDevices(), in Core ML's order. */
+export type NativeComputeDevice =
+  | { readonly kind: "cpu"; readonly className: string }
+  /** `name`: its Metal device's name (e.g. "Apple M4 Pro"; a virtual Mac's is a paravirtual one). */
+  | { readonly kind: "gpu"; readonly className: string; readonly name: string | null }
+  | { readonly kind: "neuralEngine"; readonly className: string; readonly totalCoreCount: number }
+  /** A device class this addon does not know (a newer Core ML). */
+  | { readonly kind: "other"; readonly className: string };
+
+/** This process's memory, from task_info(TASK_VM_INFO), in bytes (null where the kernel lacks it). */
+export interface NativeMemoryFootprint {
+  /** phys_footprint: what Activity Monitor shows as the process's memory. */
+  readonly physFootprint: number | null;
+  /** ledger_phys_footprint_peak. */
+  readonly physFootprintPeak: number | null;
+  /** ledger_tag_neural_footprint: memory tagged for the Neural Engine and charged to this process. */
+  readonly neuralFootprint: number | null;
+}
+
 export interface NativeMeasurement {
   readonly averageMs: number;
   readonly medianMs: number;
@@ -133,7 +159,11 @@ export interface CoreMLAddon {
    */
   compile(packagePath: string, compiledPath: string): Promise<string>;
   load(compiledPath: string, computeUnits: ComputeUnits, functionName?: string | null): Promise<NativeModel>;
-  /** MLComputePlan of a compiled model (for `functionName` of a multifunction package); fails after `timeoutMs`. */
+  /**
+   * MLComputePlan of a compiled model, every function; with `functionName` (a multifunction
+   * package) that function's plan alone, and an error naming the functions there are when it has
+   * no such function. Fails after `timeoutMs`.
+   */
   computePlan(
     compiledPath: string,
     computeUnits: ComputeUnits,
@@ -148,6 +178,9 @@ export interface CoreMLAddon {
     warmup: number,
     runs: number,
   ): Promise<NativeMeasurement>;
+  /** MLAllComputeDevices() (macOS 14). */
+  computeDevices(): Promise<NativeComputeDevice[]>;
+  memoryFootprint(): NativeMemoryFootprint;
   macosVersion(): string;
 }
 
@@ -157,13 +190,17 @@ export class CoreMLUnavailableError extends AnemllError {
   }
 }
 
-/** What is asked of Core ML: running models (MLState: macOS 15) or its compute plan (macOS 14.4). */
-export type CoreMLFeature = "predict" | "computePlan";
+/**
+ * What is asked of Core ML: running models (MLState: macOS 15), its compute plan (macOS 14.4), or
+ * the compute devices it sees and this process's memory footprint (macOS 14, the addon's floor).
+ */
+export type CoreMLFeature = "predict" | "computePlan" | "devices";
 
 /** The first Darwin kernel (major, minor) with each feature: 24 = macOS 15, 23.4 = macOS 14.4. */
 const MIN_DARWIN: Readonly<Record<CoreMLFeature, readonly [number, number, string, string]>> = {
   predict: [24, 0, "15", "the Core ML backend"],
   computePlan: [23, 4, "14.4", "MLComputePlan"],
+  devices: [23, 0, "14", "MLAllComputeDevices"],
 };
 
 export const ADDON_FILE = "anemll_qwen35_coreml.node";
