@@ -4,6 +4,7 @@ export * from "./errors.js";
 export * from "./models.js";
 export * from "./plan.js";
 export * from "./queue.js";
+export * from "./request-log.js";
 export * from "./schemas.js";
 export * from "./server.js";
 export * from "./sse.js";

@@ -14,6 +14,7 @@ export * as wasmAsm from "./kernels/wasm-asm.js";
 export * from "./ops/index.js";
 export * from "./printer.js";
 export * from "./program.js";
+export * from "./var.js";
 export { constInputInfo, type ResolvedOp, resolveOp } from "./resolve.js";
 export {
   allocRt,
