@@ -14,7 +14,6 @@ export * as wasmAsm from "./kernels/wasm-asm.js";
 export * from "./ops/index.js";
 export * from "./printer.js";
 export * from "./program.js";
-export * from "./var.js";
 export { constInputInfo, type ResolvedOp, resolveOp } from "./resolve.js";
 export {
   allocRt,
@@ -31,3 +30,4 @@ export {
   toMilData,
   zerosRt,
 } from "./values.js";
+export * from "./var.js";
