@@ -12,6 +12,12 @@ import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = process.argv[2] ? resolve(process.argv[2]) : join(dirname(fileURLToPath(import.meta.url)), "..");
+/** Public packages whose entry points are not yet explicit lists, each with the change that removes it. */
+const EXPORTS_EVERYTHING = new Map([
+  ["@anemll-qwen35/converter", "removed when the converter's index lists its names (issue 24 item 3)"],
+  ["@anemll-qwen35/bench", "removed when bench's index lists its names (issue 24 item 3)"],
+  ["@anemll-qwen35/costplan", "removed when costplan's index lists its names (issue 24 item 3)"],
+]);
 /** Public packages still allowed to bundle a private one, each with the change that removes it. */
 const BUNDLES_PRIVATE = new Map([
   ["@anemll-qwen35/bench", "removed when bench stops bundling testkit (issue 24 item 5)"],
@@ -107,6 +113,44 @@ function imported(paths) {
   return names;
 }
 
+/**
+ * What an entry point (an index.ts of explicit lists) exports: its names, and the modules it
+ * re-exports wholesale (`export * from`, which hides the list from a reader).
+ */
+function entryExports(file) {
+  const text = readFileSync(file, "utf8")
+    .replace(/\/\*[\s\S]*?\*\//g, "")
+    .replace(/\/\/.*$/gm, "");
+  const names = new Set();
+  for (const m of text.matchAll(/\bexport\s+(?:type\s+)?\{([^}]*)\}/g)) {
+    for (const item of m[1].split(",")) {
+      const words = item
+        .trim()
+        .replace(/^type\s+/, "")
+        .split(/\s+as\s+/);
+      if (words[0]) names.add(words.at(-1).trim());
+    }
+  }
+  for (const m of text.matchAll(/\bexport\s+\*\s+as\s+([\w$]+)/g)) names.add(m[1]);
+  const declared =
+    /\bexport\s+(?:declare\s+)?(?:abstract\s+)?(?:const|let|function\*?|async\s+function|class|interface|type|enum)\s+([\w$]+)/g;
+  for (const m of text.matchAll(declared)) names.add(m[1]);
+  const wholesale = [...text.matchAll(/\bexport\s+\*\s+from\s+["']([^"']+)["']/g)].map((m) => m[1]);
+  return { names, wholesale };
+}
+
+/** The identifiers in the code spans and code blocks of a README's "## API" section (undefined: none). */
+function documentedNames(readme) {
+  if (!existsSync(readme)) return undefined;
+  const lines = readFileSync(readme, "utf8").split("\n");
+  const start = lines.findIndex((l) => /^##\s+API\b/.test(l));
+  if (start < 0) return undefined;
+  const end = lines.findIndex((l, i) => i > start && /^##\s/.test(l));
+  const section = lines.slice(start + 1, end < 0 ? undefined : end).join("\n");
+  const code = [...section.matchAll(/```[\s\S]*?```|`[^`]+`/g)].map((m) => m[0]).join(" ");
+  return new Set(code.match(/[A-Za-z_$][\w$]*/g) ?? []);
+}
+
 const problems = [];
 const dirs = ["packages", "apps"].flatMap((g) => readdirSync(join(root, g)).map((d) => join(root, g, d)));
 const manifests = new Map();
@@ -148,6 +192,23 @@ for (const [dir, pj] of manifests) {
       for (const n of src) if (privateNames.has(n)) say(`is public but src/ imports the private ${n}`);
       for (const n of bundled)
         if (privateNames.has(n)) say(`is public but bundles the private ${n} (tsup noExternal)`);
+    }
+  }
+  // every public entry point lists its names (no `export *`), and the README's API section names each
+  if (!pj.private && !EXPORTS_EVERYTHING.has(pj.name)) {
+    const documented = documentedNames(join(dir, "README.md"));
+    if (!documented && pj.exports) say(`README.md has no "## API" section for its exports`);
+    for (const [key, target] of Object.entries(pj.exports ?? {})) {
+      const source = typeof target === "object" ? target.source : undefined;
+      if (!source || !existsSync(join(dir, source))) continue;
+      const entry = key === "." ? pj.name : `${pj.name}/${key.slice(2)}`;
+      const { names, wholesale } = entryExports(join(dir, source));
+      if (wholesale.length)
+        say(
+          `${source.replace(/^\.\//, "")} re-exports all of ${wholesale.join(", ")}: list the names ${entry} offers`,
+        );
+      const missing = documented ? [...names].filter((n) => !documented.has(n)).sort() : [];
+      if (missing.length) say(`README.md's API section does not name ${missing.join(", ")} (from ${entry})`);
     }
   }
   // the files of src/ import each other without a circle (a shared type moves down into its own file)

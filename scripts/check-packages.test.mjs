@@ -42,9 +42,12 @@ test("a clean workspace passes", () => {
     ...testkit,
     "packages/a/package.json": {
       name: "@anemll-qwen35/a",
+      exports: { ".": { source: "./src/index.ts" } },
       devDependencies: { "@anemll-qwen35/testkit": "workspace:*" },
     },
-    "packages/a/src/x.ts": 'import { y } from "./y.js";\nexport const x = y + 1;\n',
+    "packages/a/README.md": "# a\n\n## API\n\n- `x`, the sum; `Y`, its type.\n",
+    "packages/a/src/index.ts": '// the API\nexport { x, type Y } from "./x.js";\n',
+    "packages/a/src/x.ts": 'import { y } from "./y.js";\nexport const x = y + 1;\nexport type Y = number;\n',
     "packages/a/src/y.ts": "export const y = 1;\n",
     "packages/a/test/x.test.ts": 'import { synth } from "@anemll-qwen35/testkit";\nvoid synth;\n',
   });
@@ -101,6 +104,30 @@ test("reports a public package that imports or bundles the private testkit", () 
   assert.match(r.out, /@anemll-qwen35\/a: is public but src\/ imports the private @anemll-qwen35\/testkit/);
   assert.match(r.out, /@anemll-qwen35\/b: is public but src\/ imports the private @anemll-qwen35\/testkit/);
   assert.match(r.out, /@anemll-qwen35\/b: is public but bundles the private @anemll-qwen35\/testkit/);
+});
+
+test("reports an entry point that re-exports a module wholesale, and a name its README leaves out", () => {
+  const root = workspace({
+    "packages/a/package.json": {
+      name: "@anemll-qwen35/a",
+      exports: { ".": { source: "./src/index.ts" }, "./sub": { source: "./src/sub.ts" } },
+    },
+    "packages/a/README.md": "# a\n\n## API\n\n- `x`\n\n## Tests\n\n`Sub` is mentioned here only.\n",
+    "packages/a/src/index.ts": 'export * from "./x.js";\nexport { x } from "./x.js";\n',
+    "packages/a/src/sub.ts": 'export { type Sub } from "./x.js";\n',
+    "packages/a/src/x.ts": "export const x = 1;\nexport type Sub = string;\n",
+    "packages/b/package.json": { name: "@anemll-qwen35/b", exports: { ".": { source: "./src/index.ts" } } },
+    "packages/b/README.md": "# b\n",
+    "packages/b/src/index.ts": "export const b = 1;\n",
+  });
+  const r = check(root);
+  assert.equal(r.status, 1, r.out);
+  assert.match(r.out, /@anemll-qwen35\/a: src\/index\.ts re-exports all of \.\/x\.js: list the names/);
+  assert.match(
+    r.out,
+    /@anemll-qwen35\/a: README\.md's API section does not name Sub \(from @anemll-qwen35\/a\/sub\)/,
+  );
+  assert.match(r.out, /@anemll-qwen35\/b: README\.md has no "## API" section/);
 });
 
 test("reports a circle between packages", () => {
