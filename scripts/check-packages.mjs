@@ -10,6 +10,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { builtinModules } from "node:module";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { documentedNames } from "./readme-api.mjs";
 
 const root = process.argv[2] ? resolve(process.argv[2]) : join(dirname(fileURLToPath(import.meta.url)), "..");
 /** Public packages whose entry points are not yet explicit lists, each with the change that removes it. */
@@ -137,18 +138,6 @@ function entryExports(file) {
   for (const m of text.matchAll(declared)) names.add(m[1]);
   const wholesale = [...text.matchAll(/\bexport\s+\*\s+from\s+["']([^"']+)["']/g)].map((m) => m[1]);
   return { names, wholesale };
-}
-
-/** The identifiers in the code spans and code blocks of a README's "## API" section (undefined: none). */
-function documentedNames(readme) {
-  if (!existsSync(readme)) return undefined;
-  const lines = readFileSync(readme, "utf8").split("\n");
-  const start = lines.findIndex((l) => /^##\s+API\b/.test(l));
-  if (start < 0) return undefined;
-  const end = lines.findIndex((l, i) => i > start && /^##\s/.test(l));
-  const section = lines.slice(start + 1, end < 0 ? undefined : end).join("\n");
-  const code = [...section.matchAll(/```[\s\S]*?```|`[^`]+`/g)].map((m) => m[0]).join(" ");
-  return new Set(code.match(/[A-Za-z_$][\w$]*/g) ?? []);
 }
 
 const problems = [];
