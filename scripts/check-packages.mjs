@@ -188,7 +188,9 @@ for (const [dir, pj] of manifests) {
     const documented = documentedNames(join(dir, "README.md"));
     if (!documented && pj.exports) say(`README.md has no "## API" section for its exports`);
     for (const [key, target] of Object.entries(pj.exports ?? {})) {
-      const source = typeof target === "object" ? target.source : undefined;
+      // the "source" condition names the entry's file; a package without it has src/index.ts
+      const source =
+        (typeof target === "object" && target.source) || (key === "." ? "./src/index.ts" : undefined);
       if (!source || !existsSync(join(dir, source))) continue;
       const entry = key === "." ? pj.name : `${pj.name}/${key.slice(2)}`;
       const { names, wholesale } = entryExports(join(dir, source));

@@ -19,9 +19,12 @@ for (const group of ["packages", "apps"]) {
     if (!existsSync(manifest)) continue;
     const pj = JSON.parse(readFileSync(manifest, "utf8"));
     for (const [key, target] of Object.entries(pj.exports ?? {})) {
-      if (typeof target !== "object" || !target.source) continue;
+      // the "source" condition names the entry's file; a package without it has src/index.ts
+      const source =
+        (typeof target === "object" && target.source) || (key === "." ? "./src/index.ts" : undefined);
+      if (!source) continue;
       const name = key === "." ? pj.name : `${pj.name}/${key.slice(2)}`;
-      entries.push({ name, file: join(root, group, d, target.source), private: Boolean(pj.private) });
+      entries.push({ name, file: join(root, group, d, source), private: Boolean(pj.private) });
     }
   }
 }
