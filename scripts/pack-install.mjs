@@ -24,6 +24,13 @@ import { fileURLToPath } from "node:url";
 import { documentedNames } from "./readme-api.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+/** Consumer files not type-checked yet, each with the change that removes it. */
+const UNCHECKED_CONSUMERS = new Map([
+  [
+    "bench.ts",
+    "bench's .d.ts imports the private testkit; removed when bench stops bundling testkit (issue 24 item 5)",
+  ],
+]);
 const keep = process.argv.includes("--keep");
 const work = mkdtempSync(join(tmpdir(), "anemll-pack-"));
 const started = Date.now();
@@ -177,7 +184,6 @@ import { mlxAvailable } from "@anemll-qwen35/runtime-mlx";
 import { costplan } from "@anemll-qwen35/costplan";
 import { type LoadedModel, loadModel } from "@anemll-qwen35/models";
 import { createServer, type RequestLog } from "@anemll-qwen35/server";
-import { runScenario } from "@anemll-qwen35/bench";
 
 export async function main(dir: string): Promise<GenerationResult> {
   await convert({ model: "hf:Qwen/Qwen3.5-0.8B", out: dir, ctx: 256 });
@@ -196,7 +202,8 @@ export async function main(dir: string): Promise<GenerationResult> {
   const logs: RequestLog[] = [];
   const server = await createServer({ models: [{ name: "m", path: dir }], onRequestEnd: (l) => logs.push(l) });
   await server.close();
-  if (mlxAvailable().available) await runScenario("decode", { scale: "smoke" });
+  const mlx: { available: boolean; reason?: string } = mlxAvailable();
+  if (!mlx.available && mlx.reason === undefined) throw new AnemllError("E_MLX", "no reason given");
   const units: ComputeUnits = coreMLAvailability().available ? "cpuAndNeuralEngine" : "cpuOnly";
   const m: LoadedModel = await loadModel(dir, { backend: "auto", computeUnits: units });
   try {
@@ -206,11 +213,22 @@ export async function main(dir: string): Promise<GenerationResult> {
   }
 }
 `;
-  writeFileSync(join(app, "consumer.ts"), consumerSource);
+  const consumers = new Map([
+    ["consumer.ts", consumerSource],
+    [
+      "bench.ts",
+      `import { runScenario } from "@anemll-qwen35/bench";\nexport const smoke = () => runScenario("decode", { scale: "smoke" });\n`,
+    ],
+  ]);
+  for (const [file, why] of UNCHECKED_CONSUMERS) {
+    console.log(`  ${file} left out: ${why}`);
+    consumers.delete(file);
+  }
+  for (const [file, source] of consumers) writeFileSync(join(app, file), source);
   const undocumented = [];
-  for (const m of consumerSource.matchAll(
-    /^import \{([^}]*)\} from "(@anemll-qwen35\/[a-z-]+)(\/[a-z]+)?";$/gm,
-  )) {
+  for (const m of [...consumers.values()]
+    .join("\n")
+    .matchAll(/^import \{([^}]*)\} from "(@anemll-qwen35\/[a-z-]+)(\/[a-z]+)?";$/gm)) {
     const readme = join(app, "node_modules", ...m[2].split("/"), "README.md");
     const documented = documentedNames(readme) ?? new Set(readFileSync(readme, "utf8").match(/[\w$]+/g));
     for (const name of m[1].split(",").map((n) => n.trim().replace(/^type\s+/, "")))
@@ -234,7 +252,7 @@ export async function main(dir: string): Promise<GenerationResult> {
         types: ["node"],
         typeRoots: [join(root, "node_modules", "@types")],
       },
-      files: ["consumer.ts"],
+      files: [...consumers.keys()],
     }),
   );
   run(process.execPath, [join(root, "node_modules", "typescript", "bin", "tsc"), "-p", "."], { cwd: app });
