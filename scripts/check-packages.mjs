@@ -1,13 +1,28 @@
 #!/usr/bin/env node
 // Each package declares exactly what it imports: every package its src/ imports is a dependency (or
 // peer), every dependency is imported by src/ (native build tools excepted), and what only tests,
-// benchmarks and scripts import is a devDependency. No public package depends on a private one.
+// benchmarks and scripts import is a devDependency. No public package depends on, imports or bundles
+// a private one (testkit is test-only). No import circles: between the files of a package's src/
+// (relative imports, `import type` included) nor between packages.
+//
+//   node scripts/check-packages.mjs [ROOT]     (ROOT: a workspace folder; default this repository)
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { builtinModules } from "node:module";
-import { dirname, join } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { documentedNames } from "./readme-api.mjs";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const root = process.argv[2] ? resolve(process.argv[2]) : join(dirname(fileURLToPath(import.meta.url)), "..");
+/** Public packages whose entry points are not yet explicit lists, each with the change that removes it. */
+const EXPORTS_EVERYTHING = new Map([
+  ["@anemll-qwen35/converter", "removed when the converter's index lists its names (issue 24 item 3)"],
+  ["@anemll-qwen35/bench", "removed when bench's index lists its names (issue 24 item 3)"],
+  ["@anemll-qwen35/costplan", "removed when costplan's index lists its names (issue 24 item 3)"],
+]);
+/** Public packages still allowed to bundle a private one, each with the change that removes it. */
+const BUNDLES_PRIVATE = new Map([
+  ["@anemll-qwen35/bench", "removed when bench stops bundling testkit (issue 24 item 5)"],
+]);
 /** Used by native/build.mjs and CMakeLists.txt, not by import. */
 const NATIVE_BUILD = new Set(["cmake-js", "node-addon-api"]);
 
@@ -20,13 +35,76 @@ function files(dir) {
   });
 }
 
+/** `from "…"`, `import("…")`, `import "…"`: the specifiers a file imports (types included). */
+const IMPORT = /(?:\bfrom\s*|\bimport\s*\(\s*|^\s*import\s+)["']([^"']+)["']/gm;
+
+/** The src/ file a relative specifier of `from` names (`./x.js` is x.ts), or undefined. */
+function resolveRelative(from, spec, known) {
+  const base = resolve(dirname(from), spec);
+  const candidates = [base, base.replace(/\.js$/, ".ts"), base.replace(/\.mjs$/, ".mts"), `${base}.ts`];
+  return [...candidates, join(base, "index.ts")].find((c) => known.has(c));
+}
+
+/**
+ * The import circles of a graph (node → nodes it imports): each strongly connected component of
+ * more than one node (or a node importing itself), as one cycle through it (`[a, b, a]`) and the
+ * component's other nodes.
+ */
+function circles(graph) {
+  const index = new Map();
+  const low = new Map();
+  const stack = [];
+  const found = [];
+  const visit = (v) => {
+    index.set(v, index.size);
+    low.set(v, index.get(v));
+    stack.push(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v), low.get(w)));
+      } else if (stack.includes(w)) low.set(v, Math.min(low.get(v), index.get(w)));
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const component = new Set(stack.splice(stack.indexOf(v)));
+    if (component.size > 1 || graph.get(v)?.has(v)) {
+      const cycle = cycleThrough(graph, [...component].sort()[0], component);
+      found.push({ cycle, others: [...component].filter((n) => !cycle.includes(n)).sort() });
+    }
+  };
+  for (const v of graph.keys()) if (!index.has(v)) visit(v);
+  return found;
+}
+
+/** The shortest path from `start` back to itself inside `component` (breadth first). */
+function cycleThrough(graph, start, component) {
+  const previous = new Map();
+  const queue = [start];
+  while (queue.length) {
+    const v = queue.shift();
+    for (const w of graph.get(v) ?? []) {
+      if (!component.has(w)) continue;
+      if (w === start) {
+        const path = [v];
+        while (path[0] !== start) path.unshift(previous.get(path[0]));
+        return [...path, start];
+      }
+      if (!previous.has(w)) {
+        previous.set(w, v);
+        queue.push(w);
+      }
+    }
+  }
+  return [start, start];
+}
+
 /** Package names imported (statically or dynamically) by these files. */
 function imported(paths) {
   const names = new Set();
-  const re = /(?:from\s+|import\s*\(\s*|^\s*import\s+)["']([^"'./][^"']*)["']/gm;
   for (const f of paths) {
-    for (const m of readFileSync(f, "utf8").matchAll(re)) {
+    for (const m of readFileSync(f, "utf8").matchAll(IMPORT)) {
       const spec = m[1];
+      if (spec.startsWith(".") || spec.startsWith("/")) continue;
       if (!/^(@[a-z0-9._-]+\/)?[a-z0-9._-]+(\/[^\s]*)?$/.test(spec)) continue; // not a package name (text in a string)
       if (spec.startsWith("node:") || builtinModules.includes(spec.split("/")[0])) continue;
       const parts = spec.split("/");
@@ -34,6 +112,32 @@ function imported(paths) {
     }
   }
   return names;
+}
+
+/**
+ * What an entry point (an index.ts of explicit lists) exports: its names, and the modules it
+ * re-exports wholesale (`export * from`, which hides the list from a reader).
+ */
+function entryExports(file) {
+  const text = readFileSync(file, "utf8")
+    .replace(/\/\*[\s\S]*?\*\//g, "")
+    .replace(/\/\/.*$/gm, "");
+  const names = new Set();
+  for (const m of text.matchAll(/\bexport\s+(?:type\s+)?\{([^}]*)\}/g)) {
+    for (const item of m[1].split(",")) {
+      const words = item
+        .trim()
+        .replace(/^type\s+/, "")
+        .split(/\s+as\s+/);
+      if (words[0]) names.add(words.at(-1).trim());
+    }
+  }
+  for (const m of text.matchAll(/\bexport\s+\*\s+as\s+([\w$]+)/g)) names.add(m[1]);
+  const declared =
+    /\bexport\s+(?:declare\s+)?(?:abstract\s+)?(?:const|let|function\*?|async\s+function|class|interface|type|enum)\s+([\w$]+)/g;
+  for (const m of text.matchAll(declared)) names.add(m[1]);
+  const wholesale = [...text.matchAll(/\bexport\s+\*\s+from\s+["']([^"']+)["']/g)].map((m) => m[1]);
+  return { names, wholesale };
 }
 
 const problems = [];
@@ -72,6 +176,48 @@ for (const [dir, pj] of manifests) {
   if (!pj.private) {
     for (const n of Object.keys({ ...pj.dependencies, ...pj.peerDependencies }))
       if (privateNames.has(n)) say(`is public but depends on the private ${n}`);
+    // a private package is test-only: what src/ imports or tsup bundles ships to users
+    if (!BUNDLES_PRIVATE.has(pj.name)) {
+      for (const n of src) if (privateNames.has(n)) say(`is public but src/ imports the private ${n}`);
+      for (const n of bundled)
+        if (privateNames.has(n)) say(`is public but bundles the private ${n} (tsup noExternal)`);
+    }
+  }
+  // every public entry point lists its names (no `export *`), and the README's API section names each
+  if (!pj.private && !EXPORTS_EVERYTHING.has(pj.name)) {
+    const documented = documentedNames(join(dir, "README.md"));
+    if (!documented && pj.exports) say(`README.md has no "## API" section for its exports`);
+    for (const [key, target] of Object.entries(pj.exports ?? {})) {
+      // the "source" condition names the entry's file; a package without it has src/index.ts
+      const source =
+        (typeof target === "object" && target.source) || (key === "." ? "./src/index.ts" : undefined);
+      if (!source || !existsSync(join(dir, source))) continue;
+      const entry = key === "." ? pj.name : `${pj.name}/${key.slice(2)}`;
+      const { names, wholesale } = entryExports(join(dir, source));
+      if (wholesale.length)
+        say(
+          `${source.replace(/^\.\//, "")} re-exports all of ${wholesale.join(", ")}: list the names ${entry} offers`,
+        );
+      const missing = documented ? [...names].filter((n) => !documented.has(n)).sort() : [];
+      if (missing.length) say(`README.md's API section does not name ${missing.join(", ")} (from ${entry})`);
+    }
+  }
+  // the files of src/ import each other without a circle (a shared type moves down into its own file)
+  const srcFiles = files(join(dir, "src"));
+  const known = new Set(srcFiles);
+  const graph = new Map();
+  for (const f of srcFiles) {
+    const to = new Set();
+    for (const m of readFileSync(f, "utf8").matchAll(IMPORT)) {
+      const t = m[1].startsWith(".") ? resolveRelative(f, m[1], known) : undefined;
+      if (t) to.add(t);
+    }
+    graph.set(f, to);
+  }
+  const name = (f) => relative(join(dir, "src"), f);
+  for (const { cycle, others } of circles(graph)) {
+    const also = others.length ? ` (the circle also takes in ${others.map(name).join(", ")})` : "";
+    say(`import circle in src/: ${cycle.map(name).join(" → ")}${also}`);
   }
   // a file src/ opens at run time beside itself (a worker: `new URL("./x.js", import.meta.url)`)
   // must be in the build output, or the published package fails where the sources work
@@ -87,6 +233,24 @@ for (const [dir, pj] of manifests) {
     }
   }
 }
+// and the packages depend on each other without a circle (devDependencies too: they order the build)
+const byName = new Map([...manifests.values()].map((pj) => [pj.name, pj]));
+const packageGraph = new Map(
+  [...byName.values()].map((pj) => {
+    const all = {
+      ...pj.dependencies,
+      ...pj.peerDependencies,
+      ...pj.optionalDependencies,
+      ...pj.devDependencies,
+    };
+    return [pj.name, new Set(Object.keys(all).filter((n) => byName.has(n) && n !== pj.name))];
+  }),
+);
+for (const { cycle, others } of circles(packageGraph)) {
+  const also = others.length ? ` (the circle also takes in ${others.join(", ")})` : "";
+  problems.push(`package circle: ${cycle.join(" → ")}${also}`);
+}
+
 if (problems.length) {
   console.error(`package dependencies:\n  ${problems.join("\n  ")}`);
   process.exit(1);

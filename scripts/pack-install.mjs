@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // Installs the packages the way users get them: `pnpm pack` every public package, `npm install` the
 // tarballs into fresh projects outside the workspace (no workspace links), then import each
-// package's public entry points, run the CLI from its bin (doctor, demo, doctor --selftest), type-check a consumer file
-// against the published .d.ts, check that @anemll-qwen35/generate installs without protobufjs, zod
-// and the hub client, and that `pnpm publish -r --dry-run` and `changeset version` run clean.
+// package's public entry points, run the CLI from its bin (doctor, demo, doctor --selftest),
+// type-check a consumer file of names the READMEs document against the published .d.ts, check that
+// @anemll-qwen35/generate installs without protobufjs, zod and the hub client, and that
+// `pnpm publish -r --dry-run` and `changeset version` run clean.
 // Needs the workspace built (`pnpm run build`) and the npm registry for third-party dependencies.
 //
 //   node scripts/pack-install.mjs [--keep] [--skip-publish]
@@ -20,8 +21,16 @@ import {
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { documentedNames } from "./readme-api.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+/** Consumer files not type-checked yet, each with the change that removes it. */
+const UNCHECKED_CONSUMERS = new Map([
+  [
+    "bench.ts",
+    "bench's .d.ts imports the private testkit; removed when bench stops bundling testkit (issue 24 item 5)",
+  ],
+]);
 const keep = process.argv.includes("--keep");
 const work = mkdtempSync(join(tmpdir(), "anemll-pack-"));
 const started = Date.now();
@@ -103,7 +112,6 @@ try {
     const entries = ${JSON.stringify(entries)};
     const want = {
       "@anemll-qwen35/core": ["AnemllError", "tensor"],
-      "@anemll-qwen35/ir/core": ["AnemllError"],
       "@anemll-qwen35/ir/checkpoint": ["Qwen35Checkpoint", "qwen35Parameters", "resolveModelRef"],
       "@anemll-qwen35/ir/mil": ["MilBuilder", "MilInterpreter", "readMlPackage"],
       "@anemll-qwen35/ir/chain": ["readChainManifest", "ChainStepper"],
@@ -161,29 +169,75 @@ try {
   );
   if (!/\*\*\d+ ok, 0 failed/.test(selftest)) throw new Error(`the self-test did not pass:\n${selftest}`);
 
-  step("type-checking a consumer against the published .d.ts");
-  writeFileSync(
-    join(app, "consumer.ts"),
-    `import { loadModel, type LoadedModel } from "@anemll-qwen35/models";
+  step("type-checking a consumer of documented names against the published .d.ts");
+  // one or more names of each package's index, each named in its published README's API section,
+  // so that a documented export removed or changed fails here
+  const consumerSource = `import { AnemllError, type Tensor, tensor } from "@anemll-qwen35/core";
+import { type Qwen35Config, readQwen35Config } from "@anemll-qwen35/ir/checkpoint";
+import { MilBuilder, type MlModel, tensorType } from "@anemll-qwen35/ir/mil";
+import { type ChainManifest, readChainManifest } from "@anemll-qwen35/ir/chain";
+import { type GenerationResult, loadTokenizer, type Tokenizer } from "@anemll-qwen35/generate";
 import { convert } from "@anemll-qwen35/converter";
-import type { GenerationResult } from "@anemll-qwen35/generate";
-import { MilBuilder, tensorType } from "@anemll-qwen35/ir/mil";
-import { createServer } from "@anemll-qwen35/server";
+import { type ComputeUnits, coreMLAvailability } from "@anemll-qwen35/coreml";
+import { ChainRunner, referenceBackend } from "@anemll-qwen35/runtime-ane";
+import { mlxAvailable } from "@anemll-qwen35/runtime-mlx";
+import { costplan } from "@anemll-qwen35/costplan";
+import { type LoadedModel, loadModel } from "@anemll-qwen35/models";
+import { createServer, type RequestLog } from "@anemll-qwen35/server";
 
 export async function main(dir: string): Promise<GenerationResult> {
   await convert({ model: "hf:Qwen/Qwen3.5-0.8B", out: dir, ctx: 256 });
-  const m: LoadedModel = await loadModel(dir, { backend: "auto" });
+  const config: Qwen35Config = await readQwen35Config(\`\${dir}/config.json\`);
+  const manifest: ChainManifest = await readChainManifest(dir);
+  if (manifest.components.length === 0) throw new AnemllError("E_EMPTY", \`\${dir} has no components\`);
+  const x: Tensor = tensor("f32", [1, config.hiddenSize]);
   const b = new MilBuilder();
-  b.output("y", b.relu({ x: b.input("x", tensorType("fp32", [4])) }));
-  void createServer;
+  b.output("y", b.relu({ x: b.input("x", tensorType("fp32", [...x.shape])) }));
+  const program: MlModel = b.model();
+  await costplan(program);
+  const runner = await ChainRunner.load(dir, { backend: referenceBackend({ precision: "fp16" }) });
+  await runner.prefill([0]);
+  await runner.dispose();
+  const tokenizer: Tokenizer = await loadTokenizer(dir);
+  const logs: RequestLog[] = [];
+  const server = await createServer({ models: [{ name: "m", path: dir }], onRequestEnd: (l) => logs.push(l) });
+  await server.close();
+  const mlx: { available: boolean; reason?: string } = mlxAvailable();
+  if (!mlx.available && mlx.reason === undefined) throw new AnemllError("E_MLX", "no reason given");
+  const units: ComputeUnits = coreMLAvailability().available ? "cpuAndNeuralEngine" : "cpuOnly";
+  const m: LoadedModel = await loadModel(dir, { backend: "auto", computeUnits: units });
   try {
-    return await m.generate({ messages: [{ role: "user", content: "Hi" }], maxTokens: 8 });
+    return await m.generate({ prompt: tokenizer.encode("Hi"), maxTokens: 8 });
   } finally {
     await m.dispose();
   }
 }
-`,
-  );
+`;
+  const consumers = new Map([
+    ["consumer.ts", consumerSource],
+    [
+      "bench.ts",
+      `import { runScenario } from "@anemll-qwen35/bench";\nexport const smoke = () => runScenario("decode", { scale: "smoke" });\n`,
+    ],
+  ]);
+  for (const [file, why] of UNCHECKED_CONSUMERS) {
+    console.log(`  ${file} left out: ${why}`);
+    consumers.delete(file);
+  }
+  for (const [file, source] of consumers) writeFileSync(join(app, file), source);
+  const undocumented = [];
+  for (const m of [...consumers.values()]
+    .join("\n")
+    .matchAll(/^import \{([^}]*)\} from "(@anemll-qwen35\/[a-z-]+)(\/[a-z]+)?";$/gm)) {
+    const readme = join(app, "node_modules", ...m[2].split("/"), "README.md");
+    const documented = documentedNames(readme) ?? new Set(readFileSync(readme, "utf8").match(/[\w$]+/g));
+    for (const name of m[1].split(",").map((n) => n.trim().replace(/^type\s+/, "")))
+      if (!documented.has(name)) undocumented.push(`${name} (${m[2]}${m[3] ?? ""})`);
+  }
+  if (undocumented.length)
+    throw new Error(
+      `the consumer uses names its packages' READMEs do not document: ${undocumented.join(", ")}`,
+    );
   writeFileSync(
     join(app, "tsconfig.json"),
     JSON.stringify({
@@ -193,11 +247,12 @@ export async function main(dir: string): Promise<GenerationResult> {
         moduleResolution: "NodeNext",
         strict: true,
         noEmit: true,
-        lib: ["ES2023"],
+        // bench's types name vega-lite's (vegaLiteSpec returns its TopLevelSpec), which need the DOM's
+        lib: ["ES2023", "DOM"],
         types: ["node"],
         typeRoots: [join(root, "node_modules", "@types")],
       },
-      files: ["consumer.ts"],
+      files: [...consumers.keys()],
     }),
   );
   run(process.execPath, [join(root, "node_modules", "typescript", "bin", "tsc"), "-p", "."], { cwd: app });

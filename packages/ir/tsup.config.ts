@@ -2,7 +2,6 @@ import { packageBuild } from "../../tsup.base.ts";
 
 export default packageBuild({
   entry: {
-    core: "src/core.ts",
     checkpoint: "src/checkpoint/index.ts",
     mil: "src/mil/index.ts",
     chain: "src/chain/index.ts",

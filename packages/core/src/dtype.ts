@@ -3,8 +3,6 @@ import { InvalidArgumentError } from "./errors.js";
 /** Element types of checkpoint and runtime tensors. */
 export type DType = "f32" | "f16" | "bf16" | "i8" | "u8" | "i16" | "i32" | "i64" | "bool";
 
-export const DTYPES: readonly DType[] = ["f32", "f16", "bf16", "i8", "u8", "i16", "i32", "i64", "bool"];
-
 /** Typed storage per dtype. f16 and bf16 are stored as raw 16-bit patterns. */
 export interface StorageOf {
   f32: Float32Array;
@@ -30,10 +28,6 @@ export const BYTES_PER_ELEMENT: Readonly<Record<DType, number>> = {
   i64: 8,
   bool: 1,
 };
-
-export function isDType(value: string): value is DType {
-  return (DTYPES as readonly string[]).includes(value);
-}
 
 /** Allocates zeroed storage for `n` elements. */
 export function allocStorage<D extends DType>(dtype: D, n: number): StorageOf[D] {

@@ -3,9 +3,5 @@ export type ComputeUnits = "cpuAndNeuralEngine" | "cpuOnly" | "cpuAndGPU" | "all
 
 export const COMPUTE_UNITS: readonly ComputeUnits[] = ["cpuAndNeuralEngine", "all", "cpuAndGPU", "cpuOnly"];
 
-export function isComputeUnits(value: string): value is ComputeUnits {
-  return (COMPUTE_UNITS as readonly string[]).includes(value);
-}
-
 /** Where MLComputePlan says an operation runs. */
 export type ComputeDevice = "ANE" | "GPU" | "CPU";

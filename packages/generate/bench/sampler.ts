@@ -11,7 +11,8 @@
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Sampler, type SamplingOptions, Xoshiro128 } from "../src/index.js";
+import { Sampler, type SamplingOptions } from "../src/index.js";
+import { Xoshiro128 } from "../src/sampler.js";
 
 const VOCAB = 248_320;
 const ITERS = 200;

@@ -1,11 +1,70 @@
-export * from "./chat-template.js";
-export * from "./errors.js";
-export * from "./generator.js";
-export * from "./prompt-cache.js";
-export * from "./sampler.js";
-export * from "./segmenter.js";
-export * from "./step-model.js";
-export * from "./stop.js";
-export * from "./streaming-decoder.js";
-export * from "./tokenizer.js";
-export * from "./tool-calls.js";
+/**
+ * @anemll-qwen35/generate: the text loop both runtimes share — tokenizer, chat template, sampler,
+ * stop rules and generate() over any StepModel (runtime-ane's ChainRunner, runtime-mlx's MlxQwen35).
+ */
+
+// Generating: one call, a Generation that is both an async iterable of chunks and awaitable
+export {
+  type FinishDetail,
+  type FinishReason,
+  type GenerateOptions,
+  type Generation,
+  type GenerationChunk,
+  type GenerationResult,
+  type GenerationStats,
+  generate,
+} from "./generator.js";
+
+// Tokenizers: tokenizer.json and its side files, and text decoded as whole characters
+export {
+  type LoadTokenizerOptions,
+  loadTokenizer,
+  Tokenizer,
+  type TokenizerDefinition,
+  type TokenizerFromJsonOptions,
+} from "./tokenizer.js";
+export { type DecodesIds, StreamingDecoder, type StreamingDecoderOptions } from "./streaming-decoder.js";
+
+// Chat templates: messages and tools rendered by the model's Jinja template
+export {
+  type ApplyChatTemplateOptions,
+  type ChatMessage,
+  ChatTemplate,
+  type ContentPart,
+  type OpenAIToolCall,
+  type ToolCall,
+  type ToolSpec,
+} from "./chat-template.js";
+
+// Sampling and the prompt cache
+export { Sampler, type SamplingOptions } from "./sampler.js";
+export { PromptCache, type PromptCacheOptions, type PromptCacheStats } from "./prompt-cache.js";
+
+// What a runtime implements: a stateful model stepped token by token, snapshots optional
+export {
+  canSnapshot,
+  type SnapshotModel,
+  type StateSnapshot,
+  type StepModel,
+  type StepOptions,
+  type StepOutput,
+} from "./step-model.js";
+
+// The output's parts, for callers that stream it themselves (the server): stop strings, the
+// thinking and tool-call markers, tool-call bodies
+export { type StopMatch, StopStringMatcher } from "./stop.js";
+export { THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN } from "./segmenter.js";
+export { type MalformedToolCall, parseToolCall, type ToolCallParse } from "./tool-calls.js";
+
+// Errors
+export {
+  ContextOverflowError,
+  ModelUnavailableError,
+  SnapshotMismatchError,
+} from "./step-model.js";
+export {
+  ChatTemplateError,
+  MalformedTokenizerFileError,
+  MissingTokenizerFileError,
+  UnsupportedSamplingError,
+} from "./errors.js";

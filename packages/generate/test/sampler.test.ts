@@ -1,12 +1,7 @@
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import {
-  Sampler,
-  type SamplingOptions,
-  topIndices,
-  UnsupportedSamplingError,
-  Xoshiro128,
-} from "../src/index.js";
+import { Sampler, type SamplingOptions, UnsupportedSamplingError } from "../src/index.js";
+import { topIndices, Xoshiro128 } from "../src/sampler.js";
 
 /** Logits whose softmax (T = 1) is exactly `probs`. */
 function logitsOf(probs: number[]): Float32Array {

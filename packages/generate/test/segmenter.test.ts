@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { opensThinking, type Segment, Segmenter } from "../src/index.js";
+import { opensThinking } from "../src/generator.js";
+import { type Segment, Segmenter } from "../src/segmenter.js";
 
 function split(pieces: string[], startInThinking = false): Segment[] {
   const s = new Segmenter({ startInThinking });

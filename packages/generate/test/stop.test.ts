@@ -1,6 +1,7 @@
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { partialSuffix, StopRules, StopStringMatcher } from "../src/index.js";
+import { StopStringMatcher } from "../src/index.js";
+import { partialSuffix, StopRules } from "../src/stop.js";
 
 /** Feeds pieces; returns what was emitted and whether/where it stopped. */
 function run(stops: string[], pieces: string[]) {

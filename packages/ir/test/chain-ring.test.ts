@@ -1,6 +1,7 @@
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { decodeMask, MASK_NEG, ringMask, ringRow } from "../src/chain/index.js";
+import { ringMask, ringRow } from "../src/chain/contract.js";
+import { decodeMask, MASK_NEG } from "../src/chain/index.js";
 
 describe("ring-buffer KV layout", () => {
   it("writes row p below ctx, then cycles the rows after the sinks", () => {

@@ -6,7 +6,7 @@
 import { resolveModelRef } from "@anemll-qwen35/ir/checkpoint";
 import { chooseBackend, modelKind } from "./backend.js";
 import { ModelLoadError } from "./errors.js";
-import type { LoadModelOptions, OpenedRuntime } from "./load.js";
+import type { LoadModelOptions, OpenedRuntime } from "./load-options.js";
 
 type RuntimeMlx = typeof import("@anemll-qwen35/runtime-mlx");
 type WorkerStats = import("@anemll-qwen35/runtime-mlx").WorkerStats;

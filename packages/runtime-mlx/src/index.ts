@@ -1,25 +1,63 @@
 /**
  * @anemll-qwen35/runtime-mlx: Qwen3.5 (dense and MoE) on MLX (Metal GPU on macOS, CPU on Linux)
- * through a native addon over MLX's C++ API: the array layer (`mx`) and the model (`loadMlxModel`).
+ * through a native addon over MLX's C++ API: the model (`loadMlxModel`), the array layer (`mx`),
+ * and a model split across machines (MLX distributed, pipeline parallel).
  */
-export type { DistributedBackend, JoinOptions } from "./distributed/group.js";
-export { DEFAULT_JOIN_TIMEOUT_MS, DistributedGroup, joinGroup, launchedRank } from "./distributed/group.js";
-export type { Host, Hostfile, RingOptions } from "./distributed/hostfile.js";
+
+// The model: a Qwen3.5 checkpoint on MLX, a generate StepModel
+export {
+  type DistributedOptions,
+  type LoadMlxModelOptions,
+  loadMlxModel,
+  MlxQwen35,
+  ModelBusyError,
+} from "./mlx-qwen35.js";
+export type { CheckpointFormat } from "./qwen35/checkpoint.js";
+export { MlxLayerPrefix } from "./layer-prefix.js";
+export { type SaveMlxOptions, saveMlxCheckpoint } from "./save-mlx.js";
+
+// The array layer, and whether the addon (and MLX) loaded here
+export * as mx from "./mlx.js";
+export { addonPath, type Dtype, type MxArray, type MxTypedArray, mlxAvailable } from "./native.js";
+
+// Across several machines: hostfiles, the launcher, rank 0's group and the other ranks' worker
 export {
   DEFAULT_STARTING_PORT,
+  type Host,
+  type Hostfile,
   hostsFromList,
   parseHostfile,
   readHostfile,
   readRingHostfile,
+  type RingOptions,
   ringAddresses,
 } from "./distributed/hostfile.js";
-export type { LaunchedJob, LaunchedRank, LaunchOptions, RankExit } from "./distributed/launch.js";
-export { launchRing } from "./distributed/launch.js";
+export {
+  type LaunchedJob,
+  type LaunchedRank,
+  type LaunchOptions,
+  launchRing,
+  type RankExit,
+} from "./distributed/launch.js";
+export {
+  DEFAULT_JOIN_TIMEOUT_MS,
+  type DistributedBackend,
+  DistributedGroup,
+  type JoinOptions,
+  joinGroup,
+  launchedRank,
+} from "./distributed/group.js";
 export { DEFAULT_STEP_TIMEOUT_MS } from "./distributed/pipeline.js";
-export type { LayerRange, WeightBytes } from "./distributed/split.js";
-export { planSplit, splitFromCounts, weightBytes } from "./distributed/split.js";
-export type { WorkerStats } from "./distributed/worker.js";
-export { runMlxWorker } from "./distributed/worker.js";
+export {
+  type LayerRange,
+  planSplit,
+  splitFromCounts,
+  type WeightBytes,
+  weightBytes,
+} from "./distributed/split.js";
+export { runMlxWorker, type WorkerStats } from "./distributed/worker.js";
+
+// Errors
 export {
   DistributedError,
   HostfileError,
@@ -30,12 +68,3 @@ export {
   ModelDisposedError,
   RuntimeMlxError,
 } from "./errors.js";
-export { MlxLayerPrefix } from "./layer-prefix.js";
-export * as mx from "./mlx.js";
-export type { DistributedOptions, LoadMlxModelOptions } from "./mlx-qwen35.js";
-export { loadMlxModel, MlxQwen35, ModelBusyError } from "./mlx-qwen35.js";
-export type { Dtype, MxArray, MxTypedArray } from "./native.js";
-export { addonPath, mlxAvailable } from "./native.js";
-export type { CheckpointFormat } from "./qwen35/checkpoint.js";
-export type { SaveMlxOptions } from "./save-mlx.js";
-export { saveMlxCheckpoint } from "./save-mlx.js";

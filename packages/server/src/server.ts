@@ -20,6 +20,7 @@ import {
 } from "./errors.js";
 import { type ModelSource, openModels, type PromptCacheSettings, type ServedModel } from "./models.js";
 import type { PromptTokenizerOptions } from "./prompt-tokenizer.js";
+import type { RequestLog } from "./request-log.js";
 import { registerChatCompletions } from "./routes/chat-completions.js";
 import { registerCompletions } from "./routes/completions.js";
 import type { RouteContext } from "./routes/context.js";
@@ -59,29 +60,6 @@ export interface ServerOptions {
   onRequestEnd?: (log: RequestLog) => void;
   /** fastify's logger (default off). */
   logger?: FastifyServerOptions["logger"];
-}
-
-/** One line of request log. */
-export interface RequestLog {
-  id: string;
-  method: string;
-  url: string;
-  /** HTTP status sent (a stream that failed midway still shows 200). */
-  status: number;
-  model?: string;
-  stream?: boolean;
-  /** "stop" | "length" | "tool_calls", or "abort" when the client left first. */
-  finishReason?: string;
-  promptTokens?: number;
-  /** Prompt tokens restored from the prompt cache (not prefilled). */
-  cachedTokens?: number;
-  completionTokens?: number;
-  /** Time spent waiting for the model's turn. */
-  queuedMs?: number;
-  /** Time the request held the model (its turn: generation and answer). */
-  runMs?: number;
-  totalMs: number;
-  error?: string;
 }
 
 export interface OpenAIServer extends AsyncDisposable {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { ModelQueue, QueueFullError, RequestAbortedError } from "../src/index.js";
+import { QueueFullError, RequestAbortedError } from "../src/errors.js";
+import { ModelQueue } from "../src/queue.js";
 
 describe("ModelQueue", () => {
   it("grants turns first come, first served", async () => {

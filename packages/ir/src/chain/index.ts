@@ -3,8 +3,60 @@
  * every component input/output/state with its role — the one implementation of the per-token
  * protocol those roles describe, and the plan of the buffers a backend keeps between steps.
  */
-export * from "./contract.js";
-export * from "./integrity.js";
-export * from "./protocol.js";
-export * from "./rope.js";
-export * from "./state.js";
+
+// model.json: the chain manifest, read and validated
+export {
+  CHAIN_FORMAT,
+  CHAIN_FORMAT_VERSION,
+  CHAIN_MANIFEST_FILE,
+  type ChainManifest,
+  type ChainManifestComponent,
+  ChainManifestError,
+  type LmHeadSplit,
+  type PrefillFunction,
+  parseChainManifest,
+  readChainManifest,
+} from "./contract.js";
+
+// A component's inputs, outputs and states, each with the role the protocol reads
+export type {
+  ComponentIO,
+  ComponentKind,
+  GraphDType,
+  IoDType,
+  IoRole,
+  IoTensor,
+  KvPlacement,
+  LmHeadPiece,
+  MaskRule,
+} from "./contract.js";
+
+// The per-token protocol: what each component is fed and what is done with its outputs
+export {
+  type ChainComponent,
+  type ChainPrefill,
+  type ChainPrefillResult,
+  type ChainStepResult,
+  ChainStepper,
+  type ChainStepperOptions,
+  type HeadOutput,
+  hiddenRow,
+} from "./protocol.js";
+export { argmaxToken, ChainProtocolError, decodeMask, MASK_NEG } from "./contract.js";
+export { type RopeSpec, ropeCosSin } from "./rope.js";
+
+// The buffers a component keeps between steps: the plan read off its roles, and the state holding them
+export type { ChainComponentState, ComponentSnapshot } from "./component-state.js";
+export {
+  type CarriedBuffer,
+  HostState,
+  type HostSnapshot,
+  hostInputs,
+  hostOutputs,
+  type RowWrittenBuffer,
+  type StatePlan,
+  statePlan,
+} from "./state.js";
+
+// Integrity: the packages on disk against the digests model.json records
+export { ChainIntegrityError, type VerifyChainOptions, verifyChainPackages } from "./integrity.js";

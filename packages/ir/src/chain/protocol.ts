@@ -7,6 +7,7 @@
  * protocol feeds only hidden state, position and mask, and reads back hidden state or logits.
  */
 import { f32ToF16Bits, InvalidArgumentError, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
+import type { ChainComponentState, ComponentSnapshot } from "./component-state.js";
 import {
   argmaxToken,
   ChainProtocolError,
@@ -20,24 +21,6 @@ import {
 } from "./contract.js";
 import { ropeCosSin } from "./rope.js";
 import { hostInputs, isStateless, type StatePlan, statePlan } from "./state.js";
-
-/** What a component keeps between steps (see ChainComponent.newState); the protocol resets and copies it. */
-export interface ChainComponentState {
-  /** Zeroes every kept buffer (sequence start); ordered before the next predict(). */
-  reset(): void;
-  /**
-   * A copy of every kept buffer (KV caches: rows [0, rows), the others are zeros), taken after the
-   * predictions asked for before.
-   */
-  snapshot(rows: number): Promise<ComponentSnapshot>;
-  /** Puts a snapshot of a state of the same plan back, before the predictions asked for after. */
-  restore(snapshot: ComponentSnapshot): Promise<void>;
-}
-
-/** A copy of one component's state; `bytes` is what it holds. */
-export interface ComponentSnapshot {
-  readonly bytes: number;
-}
 
 /** One loaded component as the protocol drives it. */
 export interface ChainComponent {

@@ -6,8 +6,8 @@
  * position, mask) and only what it must read comes back (hidden state, logits or the top-1 pair).
  */
 import { f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
+import type { ChainComponentState, ComponentSnapshot } from "./component-state.js";
 import { ChainProtocolError, type ComponentIO, type IoTensor } from "./contract.js";
-import type { ChainComponentState, ComponentSnapshot } from "./protocol.js";
 
 /** Step t's `output` is step t+1's `input` (GDN conv window and recurrent state). */
 export interface CarriedBuffer {

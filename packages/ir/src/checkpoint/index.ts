@@ -3,12 +3,47 @@
  * read and write, config.json → Qwen35Config, the canonical weight names and the parameter table,
  * model references (`hf:owner/name` through the HF cache), golden outputs, atomic file writes.
  */
-export { commitDirectory, pathExists, tempSiblingPath, writeFileAtomic } from "./atomic.js";
-export * from "./config.js";
-export * from "./golden.js";
-export * from "./model-ref.js";
-export * from "./params.js";
-export * from "./qwen35-checkpoint.js";
+
+// A Qwen3.5 checkpoint: config + canonical weight names + lazy reader, validated on open
+export { Qwen35Checkpoint, type Qwen35CheckpointOpenOptions } from "./qwen35-checkpoint.js";
+export { type CheckpointProgress, TEXT_SIDE_FILES } from "./side-files.js";
+
+// config.json → Qwen35Config (validated, with the derived dims and the layer plan)
+export {
+  ConfigError,
+  type LayerType,
+  parseQwen35Config,
+  type Qwen35Config,
+  type Qwen35MoeConfig,
+  type Qwen35TextModelType,
+  readQwen35Config,
+  type SuperBlock,
+  usesTiedEmbeddings,
+} from "./config.js";
+
+// The parameter table: every tensor with its shape, kind, role, dtype and quantizability
+export {
+  type ExpertLayout,
+  type ParameterCounts,
+  type ParamKind,
+  parameterCounts,
+  type Qwen35Parameter,
+  qwen35ParameterMap,
+  qwen35Parameters,
+  type Qwen35ParametersOptions,
+} from "./params.js";
+
+// Canonical weight names and the checker of a checkpoint's tensors against the table
+export {
+  assertWeights,
+  checkWeights,
+  hfName,
+  type TensorListing,
+  WeightError,
+  type WeightReport,
+} from "./weights.js";
+
+// safetensors: one file or a sharded folder, read lazily; written streaming and deterministic
 export {
   SafetensorsError,
   SafetensorsFile,
@@ -16,15 +51,6 @@ export {
   type SafetensorsTensorInfo,
   type TensorSource,
 } from "./safetensors.js";
-export {
-  encodeSafetensorsHeader,
-  type NamedTensor,
-  type SafetensorsWriteOptions,
-  SafetensorsWriter,
-  type TensorOrder,
-  type TensorSpec,
-  writeSafetensors,
-} from "./safetensors-writer.js";
 export {
   hfShardName,
   INDEX_FILE,
@@ -36,5 +62,25 @@ export {
   type ShardedWriteOptions,
   SINGLE_FILE,
 } from "./sharded.js";
-export * from "./side-files.js";
-export * from "./weights.js";
+export {
+  type NamedTensor,
+  type SafetensorsWriteOptions,
+  SafetensorsWriter,
+  type TensorOrder,
+  type TensorSpec,
+  writeSafetensors,
+} from "./safetensors-writer.js";
+
+// Model references: a folder, or `hf:owner/name[@revision]` through the Hugging Face cache
+export {
+  ModelRefError,
+  type ResolveOptions,
+  type ResolveProgress,
+  resolveModelRef,
+} from "./model-ref.js";
+
+// Golden outputs (fixtures/…/golden.safetensors) and the comparisons made against them
+export { argmax, cosine, GOLDEN_FILE, type Golden, hasGolden, loadGolden, maxAbsDiff } from "./golden.js";
+
+// Atomic writes: a temp name beside the target, then a rename
+export { commitDirectory, pathExists, tempSiblingPath, writeFileAtomic } from "./atomic.js";

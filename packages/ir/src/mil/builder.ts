@@ -19,7 +19,6 @@ import type {
   Binding,
   BlobSink,
   ConstValue,
-  MilData,
   MilDType,
   MilFunction,
   MlModel,
@@ -29,74 +28,11 @@ import type {
   Program,
   StateType,
   TensorType,
-  ValueType,
 } from "./program.js";
 import { DEFAULT_OPSET, milDTypeBits, stateType, tensorType, typeToString } from "./program.js";
 import { constInputInfo, resolveOp } from "./resolve.js";
-import type { RtTensor } from "./values.js";
 import { constToRt, isFloatDType, numelOf, toMilData } from "./values.js";
-
-/** A value in a function under construction: a name and a type. */
-export class MilVar {
-  /** @internal */
-  _name: string;
-  readonly type: ValueType;
-  /** @internal */
-  readonly _owner: MilBuilder;
-  /** Produced by a const or constexpr_* op. */
-  readonly isConst: boolean;
-  /** @internal stored constant (const ops), kept so constants can be read back during building */
-  readonly _const: ConstValue | undefined;
-  /** @internal */
-  _small: RtTensor | undefined;
-
-  /** @internal */
-  constructor(owner: MilBuilder, name: string, type: ValueType, isConst: boolean, cv?: ConstValue) {
-    this._owner = owner;
-    this._name = name;
-    this.type = type;
-    this.isConst = isConst;
-    this._const = cv;
-  }
-
-  get name(): string {
-    return this._name;
-  }
-
-  /** The tensor type (throws for states). */
-  get tensor(): TensorType {
-    if (this.type.kind !== "tensor")
-      throw new InvalidArgumentError(`'${this._name}' is a state, not a tensor`);
-    return this.type;
-  }
-
-  get shape(): readonly number[] {
-    return this.tensor.shape;
-  }
-
-  get dtype(): MilDType {
-    return this.tensor.dtype;
-  }
-
-  toString(): string {
-    return `%${this._name}: ${typeToString(this.type)}`;
-  }
-}
-
-/** Explicitly typed constant data for op inputs and `const`. */
-export interface ConstInit {
-  readonly data: ArrayLike<number> | ArrayLike<boolean> | readonly string[] | MilData;
-  readonly dtype: MilDType;
-  readonly shape: readonly number[];
-}
-
-/** What an op input accepts: a var, a literal (typed from the input's signature) or typed data. */
-export type Arg = MilVar | number | boolean | string | readonly number[] | readonly boolean[] | ConstInit;
-
-export interface OpOptions {
-  /** The op's name (also its output's name); auto-generated (`<type>_<n>`) when absent. */
-  readonly name?: string;
-}
+import { type Arg, type ConstInit, MilVar, type OpOptions } from "./var.js";
 
 export interface MilBuilderOptions {
   /** Function opset, default "CoreML8" (spec 9 / iOS 18). */
@@ -258,7 +194,7 @@ export class MilBuilder extends MilOpMethods {
    * are shared, nothing is written again. Multifunction packages share their weights this way.
    */
   adopt(v: MilVar, name: string = v.name): MilVar {
-    const from = v._owner;
+    const from = v._owner as MilBuilder; // every MilVar is made by a MilBuilder
     if (from === this) return v;
     if (!this.parent || from.parent !== this.parent)
       throw new InvalidArgumentError(

@@ -6,12 +6,12 @@ import { fileURLToPath } from "node:url";
 import { bf16BitsToF32, f32ToBf16Bits, f32ToF16Bits, type Tensor, tensor } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
 import {
-  encodeSafetensorsHeader,
   SafetensorsError,
   SafetensorsFile,
   SafetensorsWriter,
   writeSafetensors,
 } from "../../src/checkpoint/index.js";
+import { encodeSafetensorsHeader } from "../../src/checkpoint/safetensors-writer.js";
 import { listDir, tempDir, vals } from "./helpers.js";
 
 const PYTHON = fileURLToPath(new URL("../../../../.venv/bin/python", import.meta.url));

@@ -3,10 +3,8 @@ import { join } from "node:path";
 import { bf16BitsToF32, fromFloat32, numel, tensor } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
 import {
-  buildWeightMap,
   checkWeights,
   hfName,
-  mapHfName,
   parseQwen35Config,
   Qwen35Checkpoint,
   qwen35Parameters,
@@ -15,6 +13,7 @@ import {
   WeightError,
   writeSafetensors,
 } from "../../src/checkpoint/index.js";
+import { buildWeightMap, mapHfName } from "../../src/checkpoint/weights.js";
 import { writeSyntheticCheckpoint } from "../testkit.js";
 import { tempDir, tinyConfigJson, vals } from "./helpers.js";
 

@@ -12,8 +12,8 @@ import {
   type Operation,
   type TensorType,
   tensorType,
-  toMilData,
 } from "../../src/mil/index.js";
+import { toMilData } from "../../src/mil/values.js";
 
 const f16 = (shape: number[]) => tensorType("fp16", shape);
 

@@ -2,7 +2,6 @@ import { describe, expect, it } from "vitest";
 import {
   type Binding,
   checkProgram,
-  literal,
   MilBindingError,
   MilBuilder,
   type MilFunction,
@@ -15,8 +14,8 @@ import {
   resolveFunction,
   type TensorType,
   tensorType,
-  toMilData,
 } from "../../src/mil/index.js";
+import { literal, toMilData } from "../../src/mil/values.js";
 
 const f16 = (shape: number[]) => tensorType("fp16", shape);
 const v = (name: string): Binding[] => [{ kind: "var", name }];

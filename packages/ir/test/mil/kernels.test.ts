@@ -1,7 +1,7 @@
 import { f16BitsToF32, f32ToF16Bits } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { countNonFinite, gemmNT, roundF16InPlace } from "../../src/mil/index.js";
-import { gemmNTScalar } from "../../src/mil/kernels/gemm.js";
+import { countNonFinite, roundF16InPlace } from "../../src/mil/fp16.js";
+import { gemmNT, gemmNTScalar } from "../../src/mil/kernels/gemm.js";
 import { allocWeightF32, HEAP_MIN_ELEMENTS, simdHeap } from "../../src/mil/kernels/simd.js";
 import { broadcastPlan, expandTo, permute } from "../../src/mil/shape.js";
 

@@ -5,7 +5,8 @@
  */
 import { type Tensor, tensor } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { MilBuilder, MilInterpreter, type MilVar, roundF16InPlace, tensorType } from "../../src/mil/index.js";
+import { roundF16InPlace } from "../../src/mil/fp16.js";
+import { MilBuilder, MilInterpreter, type MilVar, tensorType } from "../../src/mil/index.js";
 import { simdHeap } from "../../src/mil/kernels/simd.js";
 
 function lcg(seed: number): () => number {

@@ -9,13 +9,13 @@ import { join } from "node:path";
 import { f16BitsToF32, f32ToF16Bits, type Tensor, tensor } from "@anemll-qwen35/core";
 import { afterAll, describe, expect, it } from "vitest";
 import { readMlPackage, writeMlPackage } from "../../src/mil/format/index.js";
+import { roundF16InPlace } from "../../src/mil/fp16.js";
 import {
   type InterpreterOptions,
   MilBuilder,
   MilInterpreter,
   type MilVar,
   type Program,
-  roundF16InPlace,
   tensorType,
 } from "../../src/mil/index.js";
 import { PackedWeight } from "../../src/mil/kernels/packed.js";

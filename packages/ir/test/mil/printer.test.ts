@@ -1,13 +1,7 @@
 import { describe, expect, it } from "vitest";
-import {
-  type BlobSink,
-  formatConst,
-  literal,
-  MilBuilder,
-  printFunction,
-  printProgram,
-  tensorType,
-} from "../../src/mil/index.js";
+import { type BlobSink, MilBuilder, printFunction, printProgram, tensorType } from "../../src/mil/index.js";
+import { formatConst } from "../../src/mil/printer.js";
+import { literal } from "../../src/mil/values.js";
 
 describe("printer", () => {
   it("prints one op per line with types, consts summarised", () => {

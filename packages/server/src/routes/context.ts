@@ -2,7 +2,7 @@
 import type { FastifyRequest } from "fastify";
 import { modelNotFound } from "../errors.js";
 import type { ServedModel } from "../models.js";
-import type { RequestLog } from "../server.js";
+import type { RequestLog } from "../request-log.js";
 
 /** Per-request bookkeeping, on `req.anemll`. */
 export interface RequestState {

@@ -11,7 +11,7 @@ import type { FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, modelUnavailable, RequestAbortedError, toApiError } from "../errors.js";
 import type { ServedModel } from "../models.js";
 import type { GenerationPlan } from "../plan.js";
-import type { RequestLog } from "../server.js";
+import type { RequestLog } from "../request-log.js";
 import { SseWriter } from "../sse.js";
 import type { RouteContext } from "./context.js";
 
