@@ -117,6 +117,8 @@ export class EosModel implements StepModel {
   readonly outputKind = "logits" as const;
   position = 0;
   readonly snapshots: boolean;
+  /** States restored from snapshots (prompt-cache hits). */
+  restores = 0;
   /** The prefill calls: where each began and its ids (typed-array copies: cheap even for huge prompts). */
   readonly prefills: { start: number; ids: Int32Array }[] = [];
   constructor(
@@ -156,6 +158,7 @@ export class EosModel implements StepModel {
     return { position: this.position, bytes: 64, dispose() {} };
   }
   async restore(s: StateSnapshot): Promise<void> {
+    this.restores++;
     this.position = s.position;
   }
   dispose(): void {}
