@@ -43,6 +43,8 @@ function cliLines(text: string): string[] {
     .filter((l) => /^anemll-qwen35 [a-z]/.test(l));
 }
 
+// in-process: this reads the command tree (each command's options) to check the documents
+// against it; it runs no command (the other tests run the built bin)
 const program = buildProgram({ stdout: { write: () => {} }, stderr: { write: () => {} } });
 
 describe("the documents' command lines", () => {

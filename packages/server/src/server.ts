@@ -107,7 +107,10 @@ export interface OpenAIServer extends AsyncDisposable {
   readonly url: string | undefined;
   /** Requests being answered or waiting for their turn. */
   readonly inFlight: number;
-  /** Starts listening (options override those given to createServer); resolves with the base URL. */
+  /**
+   * Starts listening (options override those given to createServer); resolves with the base URL.
+   * An address beyond loopback without an API key is refused (ServerConfigError).
+   */
   listen(o?: { host?: string; port?: number }): Promise<string>;
   /**
    * Stops the server: no new connections, new requests and queued ones get 503, the running ones

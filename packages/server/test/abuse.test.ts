@@ -89,8 +89,9 @@ describe("big prompts", () => {
       port: 0,
       maxBodyBytes: 8_000_000,
       // at load average 40 on 2 cores, 5,000 characters took ~65 ms to encode and 1.5 MB took 3.9 s:
-      // the 4,200 characters below fit well within 1 s there, the 6 MB prompt (4x) is far over it anywhere
-      tokenize: { timeoutMs: 1000 },
+      // the 4,200 characters below fit well within 1 s there, the 6 MB prompt (4x) is far over it
+      // anywhere (both stretch alike with the machine's slowdown, and so does the limit)
+      tokenize: { timeoutMs: timeLimit(1000) },
     });
     const url = await s.listen();
     const r = await chat(url, "m", "word ".repeat(1_200_000));
@@ -119,7 +120,7 @@ describe("hostile requests", () => {
         { name: "inventor", model: inventor, tokenizer },
       ],
       port: 0,
-      requestTimeoutMs: 1000,
+      requestTimeoutMs: timeLimit(1000), // the trickled body below would take 200 s
       onRequestEnd: (l) => logs.push(l),
     });
     await server.listen();
