@@ -4,7 +4,8 @@
  * - **Host** (DNS rebinding): a web page whose name resolves to 127.0.0.1 reaches a loopback server
  *   with its own name in `Host`. So a server listening on loopback answers only loopback names
  *   (`localhost` and `*.localhost`, 127.0.0.0/8, `::1`) and the names in `allowedHosts`; listening
- *   beyond loopback (where an API key is required) it answers any Host unless `allowedHosts` is set.
+ *   beyond loopback (where an API key is required) it answers any Host unless `allowedHosts` is set,
+ *   and then those, the loopback names and the address it listens on.
  * - **Origin** (CORS): browsers send the page's `Origin` with every cross-origin request (and with
  *   same-origin POSTs; this server serves no pages). Only the `corsOrigins` may call: they get CORS
  *   headers and preflight answers, any other Origin gets 403 before the request does anything.
@@ -49,15 +50,19 @@ export function registerAccess(app: FastifyInstance, o: AccessOptions, boundHost
   app.addHook("onRequest", async (req, reply) => {
     // 1. Host: the name the client used to reach us
     const name = parseHost(req.headers.host)?.name;
+    const bound = boundHost();
     const hostOk =
       anyHost ||
       (name !== undefined &&
-        (isLoopbackName(name) || hosts.has(name) || (hosts.size === 0 && !isLoopbackHost(boundHost()))));
+        (isLoopbackName(name) ||
+          hosts.has(name) ||
+          name === parseHost(bound)?.name ||
+          (hosts.size === 0 && !isLoopbackHost(bound))));
     if (!hostOk) {
       throw new ApiError(
         403,
         `Host "${logSafe(req.headers.host ?? "", 100)}" is not allowed: this server answers to ` +
-          `${[...listedHosts(boundHost(), hosts)].join(", ")} (another name could be a web page's, ` +
+          `${[...listedHosts(bound, hosts)].join(", ")} (another name could be a web page's, ` +
           "reaching it through DNS rebinding); add a name with --allowed-host",
         { code: "host_not_allowed" },
       );

@@ -422,6 +422,19 @@ describe("who may call: Host, Origin, API keys", () => {
       headers: { host: "gpu-box.lan", authorization: "Bearer k" },
     });
     expect(r.status).toBe(200);
+    await using listed = await createServer({
+      models: [{ name: "m", model, tokenizer }],
+      port: 0,
+      apiKey: "k",
+      allowedHosts: ["models.lan"],
+    });
+    const l = (await listed.listen({ host: "0.0.0.0" })).replace("0.0.0.0", "127.0.0.1");
+    const asHost = async (host: string) =>
+      (await raw(l, "/v1/models", { headers: { host, authorization: "Bearer k" } })).status;
+    expect(await asHost("gpu-box.lan")).toBe(403);
+    expect(await asHost("models.lan")).toBe(200);
+    expect(await asHost("0.0.0.0")).toBe(200); // the address it listens on
+    expect(await asHost("localhost")).toBe(200);
     for (const [o, why] of [
       [{ apiKey: "" }, /must not be empty/],
       [{ apiKey: "a b" }, /spaces/],
