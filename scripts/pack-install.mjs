@@ -1,14 +1,16 @@
 #!/usr/bin/env node
 // Installs the packages the way users get them: `pnpm pack` every public package, `npm install` the
 // tarballs into fresh projects outside the workspace (no workspace links), then import each
-// package's public entry points, run the CLI from its bin (doctor, demo, doctor --selftest),
-// type-check a consumer file of names the READMEs document against the published .d.ts, check that
-// @anemll-qwen35/generate installs without protobufjs, zod and the hub client, and that
-// `pnpm publish -r --dry-run` and `changeset version` run clean.
+// package's public entry points, run the CLI from its bin (doctor, demo, doctor --selftest), serve
+// a converted chain from the installed bin (a prompt long enough for the tokenizer worker; a
+// cross-origin request and a DNS-rebinding Host refused), type-check a consumer file of names the
+// READMEs document against the published .d.ts, check that @anemll-qwen35/generate installs without
+// protobufjs, zod and the hub client, and that `pnpm publish -r --dry-run` and `changeset version`
+// run clean.
 // Needs the workspace built (`pnpm run build`) and the npm registry for third-party dependencies.
 //
 //   node scripts/pack-install.mjs [--keep] [--skip-publish]
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import {
   existsSync,
   mkdirSync,
@@ -18,6 +20,7 @@ import {
   rmSync,
   writeFileSync,
 } from "node:fs";
+import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -72,6 +75,89 @@ function mlxRoot() {
     return execFileSync(py, ["-c", "import mlx; print(list(mlx.__path__)[0])"], { encoding: "utf8" }).trim();
   } catch {
     return undefined;
+  }
+}
+
+/** One HTTP request with the headers as given (fetch would not send a forged Host). */
+function http(url, path, { headers = {}, body } = {}) {
+  const { hostname, port } = new URL(url);
+  const data = body === undefined ? undefined : JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: hostname,
+        port,
+        path,
+        method: data ? "POST" : "GET",
+        headers: { ...(data ? { "content-type": "application/json" } : {}), ...headers },
+      },
+      (res) => {
+        let text = "";
+        res.on("data", (d) => (text += d));
+        res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, text }));
+      },
+    );
+    req.on("error", reject);
+    req.end(data);
+  });
+}
+
+/**
+ * `serve` from the installed bin over `chain`: a chat prompt of "hello world " × 400 (4,800
+ * characters: over the 4,096 encoded on the event loop, so the tokenizer worker must ship in the
+ * tarball) is answered, and a web page's requests are refused (another Origin; a rebinding Host).
+ */
+async function serveInstalled(app, chain) {
+  const bin = join(app, "node_modules", ".bin", "anemll-qwen35");
+  const child = spawn(bin, ["serve", chain, "--backend", "reference", "--port", "0"], {
+    cwd: app,
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ANEMLL_API_KEY: "" },
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.on("data", (d) => (stderr += d));
+  const exited = new Promise((resolve) => child.on("close", (code) => resolve(code)));
+  try {
+    const url = await new Promise((resolve, reject) => {
+      const check = () => {
+        const m = /serving the OpenAI API at (http:\/\/\S+)\/v1/.exec(stdout);
+        if (m) resolve(m[1]);
+      };
+      child.stdout.on("data", check);
+      exited.then((code) =>
+        reject(new Error(`serve exited ${code} before listening:\n${stdout}\n${stderr}`)),
+      );
+    });
+    const content = "hello world ".repeat(400);
+    const chat = { model: "chain", max_tokens: 2, messages: [{ role: "user", content }] };
+    const long = await http(url, "/v1/chat/completions", { body: chat });
+    if (long.status !== 200) throw new Error(`the long prompt got ${long.status}: ${long.text}`);
+    const tokens = JSON.parse(long.text).usage.prompt_tokens;
+    if (!(tokens > 400)) throw new Error(`the long prompt came to ${tokens} tokens`);
+    const page = await http(url, "/v1/chat/completions", {
+      body: chat,
+      headers: { origin: "http://evil.example" },
+    });
+    if (
+      page.status !== 403 ||
+      !/origin_not_allowed/.test(page.text) ||
+      page.headers["access-control-allow-origin"]
+    )
+      throw new Error(`a cross-origin request got ${page.status}: ${page.text}`);
+    const port = new URL(url).port;
+    const rebound = await http(url, "/v1/models", {
+      headers: { host: `evil.example:${port}`, origin: `http://evil.example:${port}` },
+    });
+    if (rebound.status !== 403 || !/host_not_allowed/.test(rebound.text))
+      throw new Error(`a DNS-rebinding request got ${rebound.status}: ${rebound.text}`);
+    child.kill("SIGTERM");
+    const code = await exited;
+    if (code !== 0) throw new Error(`serve exited ${code} on SIGTERM:\n${stderr}`);
+    return tokens;
+  } finally {
+    if (child.exitCode === null) child.kill("SIGKILL");
   }
 }
 
@@ -168,6 +254,27 @@ try {
     { cwd: app },
   );
   if (!/\*\*\d+ ok, 0 failed/.test(selftest)) throw new Error(`the self-test did not pass:\n${selftest}`);
+
+  step("the installed server: convert a chain (ctx 2048), serve it, a long prompt, a web page refused");
+  const chain = join(work, "chain");
+  run(
+    join(app, "node_modules", ".bin", "anemll-qwen35"),
+    [
+      "convert",
+      join(root, "fixtures", "tiny-tied"),
+      "-o",
+      chain,
+      "--ctx",
+      "2048",
+      "--lut",
+      "none",
+      "--lmhead-lut",
+      "none",
+    ],
+    { cwd: app },
+  );
+  const tokens = await serveInstalled(app, chain);
+  step(`  a ${tokens}-token prompt answered; cross-origin and rebinding requests got 403`);
 
   step("type-checking a consumer of documented names against the published .d.ts");
   // one or more names of each package's index, each named in its published README's API section,

@@ -1,3 +1,6 @@
 import { packageBuild } from "../../tsup.base.ts";
 
-export default packageBuild({ entry: ["src/index.ts", "src/temp.ts"], external: ["vitest"] });
+export default packageBuild({
+  entry: ["src/index.ts", "src/temp.ts", "src/timing.ts"],
+  external: ["vitest"],
+});

@@ -2,6 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { loadGolden } from "@anemll-qwen35/ir/checkpoint";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { beforeAll, describe, expect, it } from "vitest";
 import { cli, mlxOrSkip } from "./helpers.js";
 
@@ -31,7 +32,7 @@ describe("convert → run → verify → inspect", () => {
     );
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/sb_01\.mlpackage/);
-  }, 120_000);
+  }, timeLimit(120_000));
 
   it("run with greedy sampling reproduces the Hugging Face golden tokens", async () => {
     const g = await loadGolden(FIXTURE);
@@ -178,30 +179,42 @@ describe("demo", () => {
     return ws.length >= 15 && known.length >= 0.9 * ws.length && new Set(known).size >= 10;
   };
 
-  it("converts the bundled trained model, continues the prompt in the corpus's words and reports tok/s", async () => {
-    const r = await cli("--json", "demo", "--max-tokens", "32");
-    expect(r.code, r.stderr).toBe(0);
-    const doc = JSON.parse(r.stdout);
-    expect(doc.stats.generatedTokens).toBe(32);
-    expect(doc.stats.decodeTokensPerSecond).toBeGreaterThan(0);
-    expect(readsLikeCorpus(doc.text), doc.text).toBe(true);
-  }, 120_000);
+  it(
+    "converts the bundled trained model, continues the prompt in the corpus's words and reports tok/s",
+    async () => {
+      const r = await cli("--json", "demo", "--max-tokens", "32");
+      expect(r.code, r.stderr).toBe(0);
+      const doc = JSON.parse(r.stdout);
+      expect(doc.stats.generatedTokens).toBe(32);
+      expect(doc.stats.decodeTokensPerSecond).toBeGreaterThan(0);
+      expect(readsLikeCorpus(doc.text), doc.text).toBe(true);
+    },
+    timeLimit(120_000),
+  );
 
-  it("the corpus check fails on the noise of the random-weight fixture", async () => {
-    const r = await cli("--json", "demo", "--model", FIXTURE, "--max-tokens", "32");
-    expect(r.code, r.stderr).toBe(0);
-    const doc = JSON.parse(r.stdout);
-    expect(readsLikeCorpus(doc.text), doc.text).toBe(false);
-  }, 120_000);
+  it(
+    "the corpus check fails on the noise of the random-weight fixture",
+    async () => {
+      const r = await cli("--json", "demo", "--model", FIXTURE, "--max-tokens", "32");
+      expect(r.code, r.stderr).toBe(0);
+      const doc = JSON.parse(r.stdout);
+      expect(readsLikeCorpus(doc.text), doc.text).toBe(false);
+    },
+    timeLimit(120_000),
+  );
 });
 
 describe("run --backend mlx", () => {
-  it("runs a Hugging Face checkpoint on MLX through the same generate loop", async (ctx) => {
-    if (!(await mlxOrSkip(ctx))) return;
-    const r = await cli("--json", "run", FIXTURE, "Hi!", "--max-tokens", "4");
-    expect(r.code, r.stderr).toBe(0);
-    const doc = JSON.parse(r.stdout);
-    expect(doc.backend).toMatch(/^mlx/);
-    expect(doc.stats.generatedTokens).toBe(4);
-  }, 120_000);
+  it(
+    "runs a Hugging Face checkpoint on MLX through the same generate loop",
+    async (ctx) => {
+      if (!(await mlxOrSkip(ctx))) return;
+      const r = await cli("--json", "run", FIXTURE, "Hi!", "--max-tokens", "4");
+      expect(r.code, r.stderr).toBe(0);
+      const doc = JSON.parse(r.stdout);
+      expect(doc.backend).toMatch(/^mlx/);
+      expect(doc.stats.generatedTokens).toBe(4);
+    },
+    timeLimit(120_000),
+  );
 });

@@ -8,11 +8,11 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cli } from "./helpers.js";
+import { CLI, cli } from "./helpers.js";
 
 const REPO = resolve(__dirname, "../../..");
-const CLI = join(REPO, "apps/cli/dist/cli.js");
 const FIXTURE = join(REPO, "fixtures/tiny-tied");
 const work = mkdtempSync(join(tmpdir(), "cli-convert-"));
 const ckpt = join(work, "wide");
@@ -34,7 +34,7 @@ beforeAll(async () => {
     layer_types: config.text_config.layer_types.slice(0, 4),
   };
   await writeSyntheticCheckpoint({ config, out: ckpt, vision: false, mtp: false });
-}, 120_000);
+}, timeLimit(120_000));
 
 function run(args: string[]): Promise<{
   code: number | null;
@@ -73,44 +73,48 @@ describe("convert progress and interruption", () => {
     expect(r.stderr).toMatch(/^convert: 100% finish · \d+ s$/m);
   });
 
-  it("stops on Ctrl-C with a hint, keeps finished weights, and --resume reuses them", async () => {
-    const out = join(work, "out");
-    const log = join(work, "convert.log");
-    const args = [ckpt, "-o", out, "--ctx", "128", "--lmhead-rows", "1024", "--log", log];
-    const first = run(["convert", ...args]);
-    // interrupt once the package of super-blocks has finished a few k-means (LUT) weights, the
-    // ones an interrupted conversion keeps ("sb_00-01: <name> lut4,g8 [...] ...")
-    const sbLines = () =>
-      existsSync(log)
-        ? readFileSync(log, "utf8")
-            .split("\n")
-            .filter((l) => /^sb_\S+: \S+ lut/.test(l))
-        : [];
-    while (sbLines().length < 3) {
-      if (first.child.exitCode !== null)
-        throw new Error("the conversion finished before it could be interrupted");
-      await new Promise((ok) => setTimeout(ok, 20));
-    }
-    const sent = performance.now();
-    first.child.kill("SIGINT");
-    const r = await first;
-    expect(r.code, r.stderr).toBe(130);
-    expect(r.exited - sent).toBeLessThan(5000);
-    expect(r.stderr).toMatch(/conversion interrupted; .* finished weight\(s\) .* --resume to continue/);
-    expect(r.stderr).not.toMatch(/^\s+at /m); // no stack trace
-    expect(existsSync(out)).toBe(false);
-    const finished = sbLines().length;
+  it(
+    "stops on Ctrl-C with a hint, keeps finished weights, and --resume reuses them",
+    async () => {
+      const out = join(work, "out");
+      const log = join(work, "convert.log");
+      const args = [ckpt, "-o", out, "--ctx", "128", "--lmhead-rows", "1024", "--log", log];
+      const first = run(["convert", ...args]);
+      // interrupt once the package of super-blocks has finished a few k-means (LUT) weights, the
+      // ones an interrupted conversion keeps ("sb_00-01: <name> lut4,g8 [...] ...")
+      const sbLines = () =>
+        existsSync(log)
+          ? readFileSync(log, "utf8")
+              .split("\n")
+              .filter((l) => /^sb_\S+: \S+ lut/.test(l))
+          : [];
+      while (sbLines().length < 3) {
+        if (first.child.exitCode !== null)
+          throw new Error("the conversion finished before it could be interrupted");
+        await new Promise((ok) => setTimeout(ok, 20));
+      }
+      const sent = performance.now();
+      first.child.kill("SIGINT");
+      const r = await first;
+      expect(r.code, r.stderr).toBe(130);
+      expect(r.exited - sent).toBeLessThan(timeLimit(5000));
+      expect(r.stderr).toMatch(/conversion interrupted; .* finished weight\(s\) .* --resume to continue/);
+      expect(r.stderr).not.toMatch(/^\s+at /m); // no stack trace
+      expect(existsSync(out)).toBe(false);
+      const finished = sbLines().length;
 
-    const again = await run(["--json", "convert", ...args, "--resume"]);
-    expect(again.code, again.stderr).toBe(0);
-    const doc = JSON.parse(again.stdout);
-    expect(doc.skipped).toEqual(["embed"]);
-    // every weight finished before Ctrl-C is reused, none is computed twice
-    expect(doc.reusedWeights).toHaveLength(finished);
-    expect(
-      readFileSync(log, "utf8")
-        .split("\n")
-        .filter((l) => l.endsWith("(reused)")),
-    ).toHaveLength(finished);
-  }, 120_000);
+      const again = await run(["--json", "convert", ...args, "--resume"]);
+      expect(again.code, again.stderr).toBe(0);
+      const doc = JSON.parse(again.stdout);
+      expect(doc.skipped).toEqual(["embed"]);
+      // every weight finished before Ctrl-C is reused, none is computed twice
+      expect(doc.reusedWeights).toHaveLength(finished);
+      expect(
+        readFileSync(log, "utf8")
+          .split("\n")
+          .filter((l) => l.endsWith("(reused)")),
+      ).toHaveLength(finished);
+    },
+    timeLimit(120_000),
+  );
 });

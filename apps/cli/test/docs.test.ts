@@ -8,6 +8,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { describe, expect, it } from "vitest";
 import { buildProgram } from "../src/program.js";
 
@@ -42,6 +43,8 @@ function cliLines(text: string): string[] {
     .filter((l) => /^anemll-qwen35 [a-z]/.test(l));
 }
 
+// in-process: this reads the command tree (each command's options) to check the documents
+// against it; it runs no command (the other tests run the built bin)
 const program = buildProgram({ stdout: { write: () => {} }, stderr: { write: () => {} } });
 
 describe("the documents' command lines", () => {
@@ -125,18 +128,25 @@ describe("the documents' command lines", () => {
     }
   });
 
-  it("`npm install -g ./apps/cli`, as the README says, puts a working anemll-qwen35 on the PATH", () => {
-    const prefix = mkdtempSync(join(tmpdir(), "cli-link-"));
-    try {
-      execFileSync("npm", ["install", "-g", "--prefix", prefix, "./apps/cli"], { cwd: ROOT, stdio: "pipe" });
-      const bin =
-        process.platform === "win32"
-          ? join(prefix, "anemll-qwen35.cmd")
-          : join(prefix, "bin", "anemll-qwen35");
-      const version = execFileSync(bin, ["--version"], { cwd: tmpdir(), encoding: "utf8" });
-      expect(version.trim()).toMatch(/^\d+\.\d+\.\d+$/);
-    } finally {
-      rmSync(prefix, { recursive: true, force: true });
-    }
-  }, 120_000);
+  it(
+    "`npm install -g ./apps/cli`, as the README says, puts a working anemll-qwen35 on the PATH",
+    () => {
+      const prefix = mkdtempSync(join(tmpdir(), "cli-link-"));
+      try {
+        execFileSync("npm", ["install", "-g", "--prefix", prefix, "./apps/cli"], {
+          cwd: ROOT,
+          stdio: "pipe",
+        });
+        const bin =
+          process.platform === "win32"
+            ? join(prefix, "anemll-qwen35.cmd")
+            : join(prefix, "bin", "anemll-qwen35");
+        const version = execFileSync(bin, ["--version"], { cwd: tmpdir(), encoding: "utf8" });
+        expect(version.trim()).toMatch(/^\d+\.\d+\.\d+$/);
+      } finally {
+        rmSync(prefix, { recursive: true, force: true });
+      }
+    },
+    timeLimit(120_000),
+  );
 });

@@ -6,10 +6,10 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { createServer } from "node:net";
 import { resolve } from "node:path";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterEach, describe, expect, it } from "vitest";
-import { cli, mlxOrSkip } from "./helpers.js";
+import { CLI, cli, mlxOrSkip } from "./helpers.js";
 
-const CLI = resolve(import.meta.dirname, "../dist/cli.js");
 const FIXTURES = resolve(import.meta.dirname, "../../../fixtures");
 
 // biome-ignore lint/suspicious/noExplicitAny: response bodies are inspected field by field
@@ -41,108 +41,117 @@ const post = (url: string, body: unknown) =>
   });
 
 describe("anemll-qwen35 launch -- serve", () => {
-  it("serves a model split across 2 ranks; a rank killed mid-generation: error, then 503 for it, the other model still answers", async (t) => {
-    if (!(await mlxOrSkip(t))) return;
-    const big = `${FIXTURES}/tiny-moe`;
-    const prompt = { prompt: "hello", temperature: 0 };
-    const single = await cli(
-      "--json",
-      "run",
-      big,
-      "--raw",
-      "--dtype",
-      "float32",
-      "--temperature",
-      "0",
-      "--max-tokens",
-      "12",
-      "hello",
-    );
-    expect(single.code, single.stderr).toBe(0);
-
-    const port = await freePortPair();
-    launcher = spawn(
-      process.execPath,
-      [
-        CLI,
-        "launch",
-        "--hosts",
-        "127.0.0.1",
-        "-n",
-        "2",
-        "--starting-port",
-        String(port),
-        "--",
-        "serve",
-        "--model",
-        `big=mlx:${big}`,
-        "--model",
-        `small=mlx:${FIXTURES}/tiny-gqa`,
-        "--split",
-        "big",
+  it(
+    "serves a model split across 2 ranks; a rank killed mid-generation: error, then 503 for it, the other model still answers",
+    async (t) => {
+      if (!(await mlxOrSkip(t))) return;
+      const big = `${FIXTURES}/tiny-moe`;
+      const prompt = { prompt: "hello", temperature: 0 };
+      const single = await cli(
+        "--json",
+        "run",
+        big,
+        "--raw",
         "--dtype",
         "float32",
-        "--port",
+        "--temperature",
         "0",
-      ],
-      { stdio: ["ignore", "pipe", "pipe"] },
-    );
-    let stdout = "";
-    let stderr = "";
-    launcher.stdout!.on("data", (d) => (stdout += d));
-    launcher.stderr!.on("data", (d) => (stderr += d));
-    const exited = new Promise<number | null>((r) => launcher!.on("exit", (code) => r(code)));
-    const url = await new Promise<string>((ok, fail) => {
-      const timer = setInterval(() => {
-        const m = /serving the OpenAI API at (http:\/\/[\d.:]+)\/v1/.exec(stdout);
-        // the model lines follow the URL, maybe in a later chunk
-        if (m && /\n {2}small · /.test(stdout) && /\[rank 1\] rank 1 \(pid/.test(stderr)) {
-          clearInterval(timer);
-          ok(m[1]);
-        }
-      }, 20);
-      exited.then(() => fail(new Error(`launch exited: ${stderr}`)));
-    });
-    expect(stdout).toMatch(/big · mlx \(float32, 2 ranks: layers 0-3 \| 4-7\)/);
-    const rank1 = Number(/\[rank 1\] rank 1 \(pid (\d+)\): layers 4-7 of big loaded/.exec(stderr)?.[1]);
-    expect(rank1).toBeGreaterThan(0);
+        "--max-tokens",
+        "12",
+        "hello",
+      );
+      expect(single.code, single.stderr).toBe(0);
 
-    // split across the ranks, the same greedy text as one process
-    const first = await post(url, { model: "big", ...prompt, max_tokens: 12 }).then((r) => r.json() as Json);
-    expect(first.choices[0].text).toBe(JSON.parse(single.stdout).text);
+      const port = await freePortPair();
+      launcher = spawn(
+        process.execPath,
+        [
+          CLI,
+          "launch",
+          "--hosts",
+          "127.0.0.1",
+          "-n",
+          "2",
+          "--starting-port",
+          String(port),
+          "--",
+          "serve",
+          "--model",
+          `big=mlx:${big}`,
+          "--model",
+          `small=mlx:${FIXTURES}/tiny-gqa`,
+          "--split",
+          "big",
+          "--dtype",
+          "float32",
+          "--port",
+          "0",
+          // loading the ranks takes a while on a loaded machine
+          "--join-timeout",
+          String(timeLimit(60_000) / 1000),
+        ],
+        { stdio: ["ignore", "pipe", "pipe"] },
+      );
+      let stdout = "";
+      let stderr = "";
+      launcher.stdout!.on("data", (d) => (stdout += d));
+      launcher.stderr!.on("data", (d) => (stderr += d));
+      const exited = new Promise<number | null>((r) => launcher!.on("exit", (code) => r(code)));
+      const url = await new Promise<string>((ok, fail) => {
+        const timer = setInterval(() => {
+          const m = /serving the OpenAI API at (http:\/\/[\d.:]+)\/v1/.exec(stdout);
+          // the model lines follow the URL, maybe in a later chunk
+          if (m && /\n {2}small · /.test(stdout) && /\[rank 1\] rank 1 \(pid/.test(stderr)) {
+            clearInterval(timer);
+            ok(m[1]);
+          }
+        }, 20);
+        exited.then(() => fail(new Error(`launch exited: ${stderr}`)));
+      });
+      expect(stdout).toMatch(/big · mlx \(float32, 2 ranks: layers 0-3 \| 4-7\)/);
+      const rank1 = Number(/\[rank 1\] rank 1 \(pid (\d+)\): layers 4-7 of big loaded/.exec(stderr)?.[1]);
+      expect(rank1).toBeGreaterThan(0);
 
-    // a long streamed generation; rank 1 is killed after a few chunks
-    const res = await post(url, { model: "big", ...prompt, max_tokens: 100, stream: true });
-    expect(res.status).toBe(200);
-    const decoder = new TextDecoder();
-    let body = "";
-    let chunks = 0;
-    for await (const part of res.body!) {
-      body += decoder.decode(part, { stream: true });
-      chunks = body.split("\n\n").filter((e) => e.startsWith("data: {")).length;
-      if (chunks === 5) process.kill(rank1, "SIGKILL");
-    }
-    const events = body
-      .split("\n\n")
-      .filter((e) => e.startsWith("data: {"))
-      .map((e) => JSON.parse(e.slice(6)));
-    const error = events.find((e) => e.error)?.error;
-    expect(error, body).toMatchObject({ type: "server_error", code: "model_unavailable" });
-    expect(error.message).toMatch(/runs on 2 ranks .* lost a rank .*Restart the launch/);
-    expect(events.filter((e) => e.choices).length).toBeLessThan(100);
+      // split across the ranks, the same greedy text as one process
+      const first = await post(url, { model: "big", ...prompt, max_tokens: 12 }).then(
+        (r) => r.json() as Json,
+      );
+      expect(first.choices[0].text).toBe(JSON.parse(single.stdout).text);
 
-    const after = await post(url, { model: "big", ...prompt, max_tokens: 4 });
-    expect(after.status).toBe(503);
-    expect(((await after.json()) as Json).error.code).toBe("model_unavailable");
-    const other = await post(url, { model: "small", ...prompt, max_tokens: 4 });
-    expect(other.status).toBe(200);
-    const health = (await fetch(`${url}/health`).then((r) => r.json())) as Json;
-    expect(health.status).toBe("degraded");
-    expect(stderr).toMatch(/\[launch\] rank 1 \(127\.0\.0\.1\) was killed \(SIGKILL\): the ring is broken/);
+      // a long streamed generation; rank 1 is killed after a few chunks
+      const res = await post(url, { model: "big", ...prompt, max_tokens: 100, stream: true });
+      expect(res.status).toBe(200);
+      const decoder = new TextDecoder();
+      let body = "";
+      let chunks = 0;
+      for await (const part of res.body!) {
+        body += decoder.decode(part, { stream: true });
+        chunks = body.split("\n\n").filter((e) => e.startsWith("data: {")).length;
+        if (chunks === 5) process.kill(rank1, "SIGKILL");
+      }
+      const events = body
+        .split("\n\n")
+        .filter((e) => e.startsWith("data: {"))
+        .map((e) => JSON.parse(e.slice(6)));
+      const error = events.find((e) => e.error)?.error;
+      expect(error, body).toMatchObject({ type: "server_error", code: "model_unavailable" });
+      expect(error.message).toMatch(/runs on 2 ranks .* lost a rank .*Restart the launch/);
+      expect(events.filter((e) => e.choices).length).toBeLessThan(100);
 
-    launcher.kill("SIGINT");
-    expect(await exited).toBe(0);
-  }, 120_000);
+      const after = await post(url, { model: "big", ...prompt, max_tokens: 4 });
+      expect(after.status).toBe(503);
+      expect(((await after.json()) as Json).error.code).toBe("model_unavailable");
+      const other = await post(url, { model: "small", ...prompt, max_tokens: 4 });
+      expect(other.status).toBe(200);
+      const health = (await fetch(`${url}/health`).then((r) => r.json())) as Json;
+      expect(health.status).toBe("degraded");
+      expect(stderr).toMatch(/\[launch\] rank 1 \(127\.0\.0\.1\) was killed \(SIGKILL\): the ring is broken/);
+
+      launcher.kill("SIGINT");
+      expect(await exited).toBe(0);
+    },
+    timeLimit(120_000),
+  );
 
   it("refuses what it cannot start, saying why", async () => {
     const none = await cli("launch", "--hosts", "missing.json", "--", "serve");

@@ -1,5 +1,6 @@
 import { spawnSync } from "node:child_process";
 import { join, resolve } from "node:path";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { describe, expect, it } from "vitest";
 
 const ROOT = resolve(__dirname, "../../..");
@@ -10,11 +11,11 @@ describe("the packages as users install them (npm, from their tarballs)", () => 
     () => {
       const r = spawnSync(process.execPath, [join(ROOT, "scripts", "pack-install.mjs")], {
         encoding: "utf8",
-        timeout: 15 * 60_000,
+        timeout: timeLimit(15 * 60_000),
       });
       expect(r.stderr + r.stdout).toMatch(/ok: \d+ packages installed and used from their tarballs/);
       expect(r.status).toBe(0);
     },
-    16 * 60_000,
+    timeLimit(16 * 60_000),
   );
 });

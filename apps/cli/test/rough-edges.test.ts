@@ -8,11 +8,11 @@ import { cpSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cli, mlxOrSkip } from "./helpers.js";
+import { CLI, cli, mlxOrSkip } from "./helpers.js";
 
 const FIXTURE = resolve(__dirname, "../../../fixtures/tiny-tied");
-const CLI = resolve(__dirname, "../src/cli.ts");
 const work = mkdtempSync(join(tmpdir(), "cli-edges-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 const chain = join(work, "chain");
@@ -20,7 +20,7 @@ const none = { kind: "none" } as const;
 
 beforeAll(async () => {
   await convert({ model: FIXTURE, out: chain, ctx: 256, fuse: 1, body: none, lmHead: none });
-}, 120_000);
+}, timeLimit(120_000));
 
 describe("output into pipes", () => {
   it.each<[string, () => string[]]>([
@@ -33,16 +33,9 @@ describe("output into pipes", () => {
   ])(
     "a reader that leaves early (%s | head) ends the command quietly with exit 0",
     async (command, args) => {
-      // a real process from the sources, its stdout a pipe whose reader is gone before the command
-      // writes (as after `head` has printed its lines and quit)
-      const child = spawn(
-        process.execPath,
-        ["--conditions=source", "--import", "tsx", CLI, command, ...args()],
-        {
-          cwd: resolve(__dirname, ".."),
-          stdio: ["ignore", "pipe", "pipe"],
-        },
-      );
+      // the built bin, its stdout a pipe whose reader is gone before the command writes (as after
+      // `head` has printed its lines and quit)
+      const child = spawn(process.execPath, [CLI, command, ...args()], { stdio: ["ignore", "pipe", "pipe"] });
       let stderr = "";
       child.stderr.on("data", (d) => (stderr += d));
       child.stdout.destroy();
@@ -50,7 +43,7 @@ describe("output into pipes", () => {
       expect(stderr).not.toMatch(/EPIPE|Unhandled/);
       expect(code).toBe(0);
     },
-    60_000,
+    timeLimit(60_000),
   );
 
   it("thinking text has no terminal escape codes when stdout is not a terminal", async () => {
@@ -100,14 +93,18 @@ describe("help and summaries", () => {
     }
   });
 
-  it("bench prints its summary once", async () => {
-    const out = join(work, "bench");
-    const r = await cli("bench", "decode", "--scale", "smoke", "--no-mlx", "--no-charts", "-o", out);
-    expect(r.code, r.stderr).toBe(0);
-    const all = `${r.stdout}\n${r.stderr}`;
-    expect(all.match(/^decode \(smoke\): (ok|partial|skipped)$/gm)).toHaveLength(1);
-    expect(r.stdout).toMatch(/wrote .*decode-smoke-\d{4}-\d{2}-\d{2}-\d{6}\.json/);
-  }, 120_000);
+  it(
+    "bench prints its summary once",
+    async () => {
+      const out = join(work, "bench");
+      const r = await cli("bench", "decode", "--scale", "smoke", "--no-mlx", "--no-charts", "-o", out);
+      expect(r.code, r.stderr).toBe(0);
+      const all = `${r.stdout}\n${r.stderr}`;
+      expect(all.match(/^decode \(smoke\): (ok|partial|skipped)$/gm)).toHaveLength(1);
+      expect(r.stdout).toMatch(/wrote .*decode-smoke-\d{4}-\d{2}-\d{2}-\d{6}\.json/);
+    },
+    timeLimit(120_000),
+  );
 });
 
 describe("which model a folder is", () => {
@@ -136,52 +133,60 @@ describe("which model a folder is", () => {
     }
   });
 
-  it("run and chat load an MLX checkpoint at 4 or 8 bits (--bits), and say so", async (ctx) => {
-    for (const command of ["run", "chat"]) {
-      expect((await cli(command, "--help")).stdout).toMatch(/--bits <n>\s+mlx backend: quantize/);
-    }
-    // a converted chain has its weights and context from convert: the MLX options are said to be unused
-    const onChain = await cli(
-      "run",
-      chain,
-      "Hi",
-      "--max-tokens",
-      "1",
-      "--backend",
-      "reference",
-      "--bits",
-      "4",
-    );
-    expect(onChain.code, onChain.stderr).toBe(0);
-    expect(onChain.stderr).toMatch(/--bits: mlx backend only, not used for a converted chain/);
-    if (!(await mlxOrSkip(ctx))) return;
-    for (const bits of ["4", "8"]) {
-      const r = await cli("--json", "run", FIXTURE, "Hi", "--max-tokens", "2", "--bits", bits);
-      expect(r.code, r.stderr).toBe(0);
-      expect(JSON.parse(r.stdout).backend).toBe(`mlx (bfloat16, ${bits}-bit)`);
-    }
-    const bad = await cli("run", FIXTURE, "Hi", "--bits", "3");
-    expect(bad.code).toBe(2);
-    expect(bad.stderr).toMatch(/--bits must be one of 4, 8/);
-  }, 120_000);
+  it(
+    "run and chat load an MLX checkpoint at 4 or 8 bits (--bits), and say so",
+    async (ctx) => {
+      for (const command of ["run", "chat"]) {
+        expect((await cli(command, "--help")).stdout).toMatch(/--bits <n>\s+mlx backend: quantize/);
+      }
+      // a converted chain has its weights and context from convert: the MLX options are said to be unused
+      const onChain = await cli(
+        "run",
+        chain,
+        "Hi",
+        "--max-tokens",
+        "1",
+        "--backend",
+        "reference",
+        "--bits",
+        "4",
+      );
+      expect(onChain.code, onChain.stderr).toBe(0);
+      expect(onChain.stderr).toMatch(/--bits: mlx backend only, not used for a converted chain/);
+      if (!(await mlxOrSkip(ctx))) return;
+      for (const bits of ["4", "8"]) {
+        const r = await cli("--json", "run", FIXTURE, "Hi", "--max-tokens", "2", "--bits", bits);
+        expect(r.code, r.stderr).toBe(0);
+        expect(JSON.parse(r.stdout).backend).toBe(`mlx (bfloat16, ${bits}-bit)`);
+      }
+      const bad = await cli("run", FIXTURE, "Hi", "--bits", "3");
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toMatch(/--bits must be one of 4, 8/);
+    },
+    timeLimit(120_000),
+  );
 
-  it("a checkpoint without a tokenizer runs with --tokenizer (relative to here); a missing folder is an error", async (ctx) => {
-    if (!(await mlxOrSkip(ctx))) return;
-    // a synthetic-style checkpoint: weights and config only
-    const bare = join(work, "bare");
-    cpSync(FIXTURE, bare, {
-      recursive: true,
-      filter: (src) => !/tokenizer|chat_template|golden/.test(src),
-    });
-    const without = await cli("run", bare, "Hi", "--max-tokens", "2");
-    expect(without.code).toBe(1);
-    expect(without.stderr).toMatch(/no tokenizer in .*bare.*--tokenizer/);
-    const rel = relative(process.cwd(), FIXTURE);
-    const withTok = await cli("--json", "run", bare, "Hi", "--max-tokens", "2", "--tokenizer", rel);
-    expect(withTok.code, withTok.stderr).toBe(0);
-    expect(JSON.parse(withTok.stdout).stats.generatedTokens).toBe(2);
-    const missing = await cli("run", bare, "Hi", "--tokenizer", join(work, "nope"));
-    expect(missing.code).toBe(1);
-    expect(missing.stderr).toMatch(/no tokenizer in .*nope/);
-  }, 120_000);
+  it(
+    "a checkpoint without a tokenizer runs with --tokenizer (relative to here); a missing folder is an error",
+    async (ctx) => {
+      if (!(await mlxOrSkip(ctx))) return;
+      // a synthetic-style checkpoint: weights and config only
+      const bare = join(work, "bare");
+      cpSync(FIXTURE, bare, {
+        recursive: true,
+        filter: (src) => !/tokenizer|chat_template|golden/.test(src),
+      });
+      const without = await cli("run", bare, "Hi", "--max-tokens", "2");
+      expect(without.code).toBe(1);
+      expect(without.stderr).toMatch(/no tokenizer in .*bare.*--tokenizer/);
+      const rel = relative(process.cwd(), FIXTURE);
+      const withTok = await cli("--json", "run", bare, "Hi", "--max-tokens", "2", "--tokenizer", rel);
+      expect(withTok.code, withTok.stderr).toBe(0);
+      expect(JSON.parse(withTok.stdout).stats.generatedTokens).toBe(2);
+      const missing = await cli("run", bare, "Hi", "--tokenizer", join(work, "nope"));
+      expect(missing.code).toBe(1);
+      expect(missing.stderr).toMatch(/no tokenizer in .*nope/);
+    },
+    timeLimit(120_000),
+  );
 });

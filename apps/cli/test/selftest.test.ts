@@ -2,6 +2,7 @@ import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { coreMLAvailability } from "@anemll-qwen35/coreml";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { describe, expect, it } from "vitest";
 import { runSelftest } from "../src/selftest.js";
 import {
@@ -64,10 +65,11 @@ describe("doctor --selftest", () => {
       if (!predict.available)
         expect(md).toMatch(/Core ML cpuAndNeuralEngine \(KV as I\/O\) \| skipped \| .*macOS 15/);
     },
-    10 * 60_000,
+    timeLimit(10 * 60_000),
   );
 
   it("reports a step that fails, skips what depends on it, and says so", async () => {
+    // in-process: the self-test is given a model folder and a backend list no CLI flag selects
     const bad = join(work, "not-a-model");
     const report = await runSelftest({
       model: bad,

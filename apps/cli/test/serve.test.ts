@@ -1,14 +1,15 @@
-import { spawn } from "node:child_process";
+/**
+ * `anemll-qwen35 serve` as users start it: the built bin in a child process, stopped with a signal.
+ */
 import { mkdtempSync } from "node:fs";
+import { request } from "node:http";
 import { createServer as createNetServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
-import { Command } from "commander";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { beforeAll, describe, expect, it } from "vitest";
-import { registerServe } from "../src/commands/serve.js";
-import { makeOutput } from "../src/output.js";
-import { cli, mlxOrSkip } from "./helpers.js";
+import { type CliOptions, cli, mlxOrSkip, startCli } from "./helpers.js";
 
 const FIXTURE = resolve(__dirname, "../../../fixtures/tiny-tied");
 let dir: string;
@@ -16,37 +17,31 @@ let dir: string;
 beforeAll(async () => {
   dir = join(mkdtempSync(join(tmpdir(), "cli-serve-")), "tiny");
   await convert({ model: FIXTURE, out: dir, ctx: 128, fuse: 1 });
-}, 120_000);
+}, timeLimit(120_000));
 
 // biome-ignore lint/suspicious/noExplicitAny: response bodies are inspected field by field
 const json = (r: Response): Promise<any> => r.json();
 
-/** Runs `serve` in-process until `stop` fires; resolves with what it printed. */
-function serve(args: string[]) {
-  let stdout = "";
-  let stderr = "";
-  const streams = {
-    stdout: { write: (s: string) => (stdout += s) },
-    stderr: { write: (s: string) => (stderr += s) },
+/** Starts `serve ...args`; resolves once it listens, with its URL, its output and a stop (SIGTERM). */
+async function serve(args: string[], o: CliOptions = {}) {
+  const p = startCli(["serve", ...args], o);
+  const url = (await p.waitFor(/serving the OpenAI API at (http:\/\/[^\s]+)\/v1/))[1];
+  await p.waitFor(/Ctrl-C to stop/, "stderr"); // the model lines are out
+  return {
+    url,
+    output: p.output,
+    stop: async () => {
+      p.child.kill("SIGTERM");
+      return p.exited;
+    },
+    exited: p.exited,
+    child: p.child,
   };
-  const stop = new AbortController();
-  let onUrl: (url: string) => void = () => {};
-  const listening = new Promise<string>((r) => {
-    onUrl = r;
-  });
-  const program = new Command().exitOverride();
-  registerServe(
-    program,
-    { streams, output: () => makeOutput(false, streams) },
-    { signal: stop.signal, onListening: onUrl },
-  );
-  const done = program.parseAsync(["serve", ...args], { from: "user" }).then(() => ({ stdout, stderr }));
-  return { listening, done, stop: () => stop.abort(), output: () => ({ stdout, stderr }) };
 }
 
 describe("anemll-qwen35 serve", () => {
   it("serves a converted model under --model-name, behind --api-key, until stopped", async () => {
-    const s = serve([
+    const s = await serve([
       dir,
       "--backend",
       "reference",
@@ -57,10 +52,7 @@ describe("anemll-qwen35 serve", () => {
       "--api-key",
       "k1",
     ]);
-    const url = await Promise.race([
-      s.listening,
-      s.done.then(() => Promise.reject(new Error("serve exited"))),
-    ]);
+    const url = s.url;
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect(s.output().stdout).toMatch(
       /serving the OpenAI API at http:\/\/127\.0\.0\.1:\d+\/v1 \(API key required\)/,
@@ -93,8 +85,8 @@ describe("anemll-qwen35 serve", () => {
     const usage = (await json(again)).usage;
     expect(usage.prompt_tokens_details.cached_tokens).toBe(usage.prompt_tokens - 1);
 
-    s.stop();
-    const { stderr } = await s.done;
+    const { code, stderr } = await s.stop();
+    expect(code).toBe(0);
     // one log line per request
     expect(stderr).toMatch(/POST \/v1\/chat\/completions 200 · tiny · \d+\+3 tok · length/);
     expect(stderr).toMatch(/POST \/v1\/chat\/completions 200 · tiny · \d+\+2 tok \(\d+ cached\) · length/);
@@ -104,27 +96,77 @@ describe("anemll-qwen35 serve", () => {
 
   it("serves an MLX checkpoint quantized at load with --bits", async (ctx) => {
     if (!(await mlxOrSkip(ctx))) return;
-    const s = serve([FIXTURE, "--port", "0", "--bits", "4", "--model-name", "q4"]);
-    await Promise.race([s.listening, s.done.then(() => Promise.reject(new Error("serve exited")))]);
+    const s = await serve([FIXTURE, "--port", "0", "--bits", "4", "--model-name", "q4"]);
     expect(s.output().stdout).toMatch(/q4 · mlx \(bfloat16, 4-bit\) · context \d+ tokens/);
-    s.stop();
-    await s.done;
-  }, 60_000);
+    expect((await s.stop()).code).toBe(0);
+  });
 
   it("takes --prompt-cache SIZE and --no-prompt-cache", async () => {
     for (const [flags, shown] of [
       [["--prompt-cache", "64mb"], "queue 8 · prompt cache 64 MB"],
       [["--no-prompt-cache"], "queue 8 · no prompt cache"],
     ] as const) {
-      const s = serve([dir, "--backend", "reference", "--port", "0", ...flags]);
-      await Promise.race([s.listening, s.done.then(() => Promise.reject(new Error("serve exited")))]);
-      s.stop();
-      const { stdout } = await s.done;
+      const s = await serve([dir, "--backend", "reference", "--port", "0", ...flags]);
+      const { stdout } = await s.stop();
       expect(stdout).toContain(shown);
     }
     const bad = await cli("serve", dir, "--prompt-cache", "lots");
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/--prompt-cache must be a size/);
+  });
+
+  it("answers only its own Host names and the --cors-origin pages; ANEMLL_API_KEY holds a key per client", async () => {
+    const s = await serve(
+      [
+        dir,
+        "--backend",
+        "reference",
+        "--port",
+        "0",
+        "--allowed-host",
+        "models.lan",
+        "--cors-origin",
+        "http://localhost:5173",
+      ],
+      { env: { ANEMLL_API_KEY: "alice-key, bob-key" } },
+    );
+    expect(s.output().stdout).toMatch(/\(2 API keys, one per client\)/);
+    const { hostname, port } = new URL(s.url);
+    // node:http, since fetch will not send another Host
+    const ask = (headers: Record<string, string>) =>
+      new Promise<{ status: number; cors?: string }>((ok, fail) => {
+        const req = request({ host: hostname, port, path: "/v1/models", headers }, (res) => {
+          res.resume();
+          const cors = res.headers["access-control-allow-origin"];
+          res.on("end", () => ok({ status: res.statusCode ?? 0, ...(cors ? { cors } : {}) }));
+        });
+        req.on("error", fail);
+        req.end();
+      });
+    const bob = { authorization: "Bearer bob-key" };
+    expect((await ask({ ...bob, host: `evil.example:${port}`, origin: "http://evil.example" })).status).toBe(
+      403,
+    );
+    expect((await ask({ ...bob, origin: "http://evil.example" })).status).toBe(403);
+    expect(await ask({ ...bob, origin: "http://localhost:5173" })).toEqual({
+      status: 200,
+      cors: "http://localhost:5173",
+    });
+    expect((await ask({ ...bob, host: "models.lan" })).status).toBe(200);
+    expect((await ask({ authorization: "Bearer alice-key" })).status).toBe(200);
+    expect((await ask({ authorization: "Bearer carol-key" })).status).toBe(401);
+    expect((await s.stop()).code).toBe(0);
+  });
+
+  it("refuses to listen beyond loopback without a key, saying why (exit 1)", async () => {
+    const r = await cli("serve", dir, "--backend", "reference", "--host", "0.0.0.0", "--port", "0");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(
+      /error: listening on 0\.0\.0\.0 lets other machines in, so it needs an API key \(--api-key, or ANEMLL_API_KEY\)/,
+    );
+    const bad = await cli("serve", dir, "--port", "0", "--cors-origin", "localhost:5173/app");
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/CORS origin "localhost:5173\/app" is not an origin/);
   });
 
   it("is registered in the program and rejects bad usage with exit code 2", async () => {
@@ -147,45 +189,33 @@ describe("anemll-qwen35 serve", () => {
     expect(missing.stderr).toMatch(/nope: no such folder/);
   });
 
-  it("on SIGTERM stops taking requests, finishes the one in flight, then exits 0", async () => {
-    const child = spawn(
-      process.execPath,
-      [resolve(__dirname, "../dist/cli.js"), "serve", dir, "--backend", "reference", "--port", "0"],
-      { stdio: ["ignore", "pipe", "pipe"] },
-    );
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
-    const url = await new Promise<string>((ok, fail) => {
-      const t = setInterval(() => {
-        const m = /serving the OpenAI API at (http:\/\/[\d.:]+)\/v1/.exec(stdout);
-        if (m) {
-          clearInterval(t);
-          ok(m[1]);
-        }
-      }, 20);
-      exited.then(() => fail(new Error(`serve exited: ${stderr}`)));
-    });
-    const answer = fetch(`${url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "Hi" }], max_tokens: 60 }),
-    }).then(async (r) => ({ status: r.status, body: await json(r) }));
-    // the request is running when the signal comes
-    const busy = async () => (await fetch(`${url}/health`).then(json)).models[0].busy === true;
-    // (up to 30 s: on a loaded machine the request takes seconds to reach the model)
-    for (let i = 0; i < 3000 && !(await busy()); i++) await new Promise((r) => setTimeout(r, 10));
-    expect(await busy()).toBe(true);
-    child.kill("SIGTERM");
-    const r = await answer;
-    expect(r.status).toBe(200);
-    expect(r.body.usage.completion_tokens).toBe(60);
-    expect(await exited).toBe(0);
-    expect(stderr).toMatch(/stopping: no new requests; finishing the 1 in flight \(up to 30 s/);
-    expect(stderr).toMatch(/POST \/v1\/chat\/completions 200 · tiny · \d+\+60 tok · length/);
-  }, 120_000);
+  it(
+    "on SIGTERM stops taking requests, finishes the one in flight, then exits 0",
+    async () => {
+      const s = await serve([dir, "--backend", "reference", "--port", "0"]);
+      const url = s.url;
+      const answer = fetch(`${url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "Hi" }], max_tokens: 60 }),
+      }).then(async (r) => ({ status: r.status, body: await json(r) }));
+      // the request is running when the signal comes (on a loaded machine it takes seconds to
+      // reach the model: poll until it has, within the scaled limit)
+      const busy = async () => (await fetch(`${url}/health`).then(json)).models[0].busy === true;
+      const until = performance.now() + timeLimit(30_000);
+      while (!(await busy()) && performance.now() < until) await new Promise((r) => setTimeout(r, 10));
+      expect(await busy()).toBe(true);
+      const exited = s.stop();
+      const r = await answer;
+      expect(r.status).toBe(200);
+      expect(r.body.usage.completion_tokens).toBe(60);
+      const { code, stderr } = await exited;
+      expect(code).toBe(0);
+      expect(stderr).toMatch(/stopping: no new requests; finishing the 1 in flight \(up to 30 s/);
+      expect(stderr).toMatch(/POST \/v1\/chat\/completions 200 · tiny · \d+\+60 tok · length/);
+    },
+    timeLimit(120_000),
+  );
 
   it("says plainly when the port is in use (exit 1, no stack trace)", async () => {
     const taken = createNetServer();

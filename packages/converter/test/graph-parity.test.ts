@@ -11,6 +11,7 @@ import { tensor, toFloat32 } from "@anemll-qwen35/core";
 import { argmax, cosine, maxAbsDiff, Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
 import { checkProgram, MilInterpreter, MlPackageWriter, readMlPackage } from "@anemll-qwen35/ir/mil";
 import { validateWithCoremltools } from "@anemll-qwen35/testkit";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   type BuildOptions,
@@ -323,130 +324,146 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
       report(name, "argmax head pieces", pieces.length);
     });
 
-    it("LUT / int8 variants: top-1 agreement and mean KL(HF fp32 ‖ quantized) over the decode steps (no bar)", async () => {
-      const T = g.promptIds.length;
-      /** Teacher-forced on the HF greedy tokens, so that every decode step compares the same context. */
-      const measure = async (tag: string, parts: ChainParts, reports: WeightEncodingReport[]) => {
-        const r = await runChain(
-          new ReferenceChain(parts, { precision: "fp16", flushSubnormals: true }),
-          g.promptIds,
-          steps(),
-          g.generatedIds,
-        );
-        expect(r.nonFinite).toEqual([]);
-        const decode = r.logits.slice(T);
-        const agree = decode.filter((l, i) => argmax(l) === argmax(g.decodeLogits[i])).length;
-        const kl = decode.reduce((s, l, i) => s + klDivergence(g.decodeLogits[i], l), 0) / decode.length;
-        report(name, `${tag} top-1 agreement / mean KL`, `${agree}/${decode.length} / ${kl.toFixed(5)} nats`);
-        return { reports, kl, agree };
-      };
-      const quantized = async (tag: string, quant: BuildOptions["quant"]) => {
-        const reports: WeightEncodingReport[] = [];
-        const parts = await chain(
-          tag,
-          { ctx: CTX, quant, onWeight: (r) => reports.push(r), workers: 1 },
-          false,
-        );
-        return measure(tag, parts, reports);
-      };
-      const fp16 = await measure("fp16 (plain)", parts16, fp16Reports);
-      const lut = await quantized("q_lut4body_lut6head", { rules: QUANT_PRESETS.lut4 });
-      const lutHead = await quantized("q_lut4head", {
-        rules: [{ pattern: "lm_head", quant: { kind: "lut", bits: 4 } }],
-      });
-      const int8 = await quantized("q_int8body_int8embed", {
-        rules: [
-          { pattern: "body", quant: { kind: "int8" } },
-          { pattern: "embed", quant: { kind: "int8" } },
-        ],
-      });
-      const policy = await quantized("q_default_policy", { rules: DEFAULT_QUANT_RULES });
+    it(
+      "LUT / int8 variants: top-1 agreement and mean KL(HF fp32 ‖ quantized) over the decode steps (no bar)",
+      async () => {
+        const T = g.promptIds.length;
+        /** Teacher-forced on the HF greedy tokens, so that every decode step compares the same context. */
+        const measure = async (tag: string, parts: ChainParts, reports: WeightEncodingReport[]) => {
+          const r = await runChain(
+            new ReferenceChain(parts, { precision: "fp16", flushSubnormals: true }),
+            g.promptIds,
+            steps(),
+            g.generatedIds,
+          );
+          expect(r.nonFinite).toEqual([]);
+          const decode = r.logits.slice(T);
+          const agree = decode.filter((l, i) => argmax(l) === argmax(g.decodeLogits[i])).length;
+          const kl = decode.reduce((s, l, i) => s + klDivergence(g.decodeLogits[i], l), 0) / decode.length;
+          report(
+            name,
+            `${tag} top-1 agreement / mean KL`,
+            `${agree}/${decode.length} / ${kl.toFixed(5)} nats`,
+          );
+          return { reports, kl, agree };
+        };
+        const quantized = async (tag: string, quant: BuildOptions["quant"]) => {
+          const reports: WeightEncodingReport[] = [];
+          const parts = await chain(
+            tag,
+            { ctx: CTX, quant, onWeight: (r) => reports.push(r), workers: 1 },
+            false,
+          );
+          return measure(tag, parts, reports);
+        };
+        const fp16 = await measure("fp16 (plain)", parts16, fp16Reports);
+        const lut = await quantized("q_lut4body_lut6head", { rules: QUANT_PRESETS.lut4 });
+        const lutHead = await quantized("q_lut4head", {
+          rules: [{ pattern: "lm_head", quant: { kind: "lut", bits: 4 } }],
+        });
+        const int8 = await quantized("q_int8body_int8embed", {
+          rules: [
+            { pattern: "body", quant: { kind: "int8" } },
+            { pattern: "embed", quant: { kind: "int8" } },
+          ],
+        });
+        const policy = await quantized("q_default_policy", { rules: DEFAULT_QUANT_RULES });
 
-      // an LUT8 embedding (gather from the expanded table) against HF's embedding output
-      const embedLut = await pkg(
-        "q_lut8embed",
-        { kind: "embed" },
-        { ctx: CTX, quant: { rules: [{ pattern: "embed", quant: { kind: "lut", bits: 8 } }] }, workers: 1 },
-      );
-      const embedInterp = new MilInterpreter(embedLut.model.program, {
-        precision: "fp16",
-        flushSubnormals: true,
-      });
-      const embCos = g.promptIds.map((id, t) => {
-        const out = embedInterp.run({ input_ids: tensor("i32", [1, 1], Int32Array.of(id)) }).outputs.hidden;
-        return cosine(toFloat32(out.dtype, out.data), g.hiddenStates[0][t]);
-      });
-      report(name, "lut8 embed min cosine vs HF embedding rows", Math.min(...embCos).toFixed(6));
-      expect(Math.min(...embCos)).toBeGreaterThan(0.999);
-
-      // every body projection of the LUT4 run is reported with 4-bit indices; LUT6 head pieces with 6
-      const isBody = (r: WeightEncodingReport) => r.role !== "lm_head" && r.role !== "embed";
-      const isHead = (r: WeightEncodingReport) => r.role === "lm_head";
-      const body = lut.reports.filter(isBody);
-      const L = ck.config.numHiddenLayers;
-      expect(body.length).toBe(((3 * L) / 4) * 5 + (L / 4) * 4 + L * 3); // GDN: qkv z b a out · attention: q k v o · MLP: gate up down
-      for (const r of body) expect(r.bits).toBe(4);
-      for (const r of lut.reports.filter(isHead)) expect(r.bits).toBe(6);
-      // the default policy, tensor by tensor: GDN a/b fp16, every other projection LUT6
-      const bitsByRole = new Map<string, Set<number>>();
-      for (const r of policy.reports.filter(isBody))
-        bitsByRole.set(r.role, (bitsByRole.get(r.role) ?? new Set()).add(r.bits));
-      const want: Record<string, number> = {
-        "gdn.in_proj_a": 16,
-        "gdn.in_proj_b": 16,
-        "gdn.in_proj_qkv": 6,
-        "gdn.out_proj": 6,
-        "gdn.in_proj_z": 6,
-        "attn.q_proj": 6,
-        "attn.k_proj": 6,
-        "attn.v_proj": 6,
-        "attn.o_proj": 6,
-        "mlp.gate_proj": 6,
-        "mlp.up_proj": 6,
-        "mlp.down_proj": 6,
-      };
-      expect(Object.fromEntries([...bitsByRole].map(([k, v]) => [k, [...v]]))).toEqual(
-        Object.fromEntries(Object.entries(want).map(([k, v]) => [k, [v]])),
-      );
-      const meanRel = (rs: WeightEncodingReport[]) => rs.reduce((s, r) => s + r.relative, 0) / rs.length;
-      report(
-        name,
-        "mean relative weight error fp16 / int8 / lut6 head / lut4 body / lut4 head",
-        [
-          fp16.reports,
-          int8.reports.filter(isBody),
-          lut.reports.filter(isHead),
-          body,
-          lutHead.reports.filter(isHead),
-        ]
-          .map((rs) => meanRel(rs).toExponential(2))
-          .join(" / "),
-      );
-      // coarser codes lose more: fp16 < int8 < LUT6 < LUT4 (per-tensor reconstruction error)
-      expect(meanRel(fp16.reports)).toBeLessThan(meanRel(int8.reports.filter(isBody)));
-      expect(meanRel(lut.reports.filter(isHead))).toBeLessThan(meanRel(lutHead.reports.filter(isHead)));
-      // the policy's finer GDN encodings lose less than uniform LUT4 on those tensors
-      const gdnFine = (rs: WeightEncodingReport[]) =>
-        rs.filter((r) =>
-          ["gdn.in_proj_qkv", "gdn.out_proj", "gdn.in_proj_a", "gdn.in_proj_b"].includes(r.role),
+        // an LUT8 embedding (gather from the expanded table) against HF's embedding output
+        const embedLut = await pkg(
+          "q_lut8embed",
+          { kind: "embed" },
+          { ctx: CTX, quant: { rules: [{ pattern: "embed", quant: { kind: "lut", bits: 8 } }] }, workers: 1 },
         );
-      expect(meanRel(gdnFine(policy.reports))).toBeLessThan(meanRel(gdnFine(lut.reports)));
-      expect(fp16.kl).toBeLessThan(lut.kl);
-    }, 240_000); // k-means of tiny-trained's 6 M body weights, three times
+        const embedInterp = new MilInterpreter(embedLut.model.program, {
+          precision: "fp16",
+          flushSubnormals: true,
+        });
+        const embCos = g.promptIds.map((id, t) => {
+          const out = embedInterp.run({ input_ids: tensor("i32", [1, 1], Int32Array.of(id)) }).outputs.hidden;
+          return cosine(toFloat32(out.dtype, out.data), g.hiddenStates[0][t]);
+        });
+        report(name, "lut8 embed min cosine vs HF embedding rows", Math.min(...embCos).toFixed(6));
+        expect(Math.min(...embCos)).toBeGreaterThan(0.999);
+
+        // every body projection of the LUT4 run is reported with 4-bit indices; LUT6 head pieces with 6
+        const isBody = (r: WeightEncodingReport) => r.role !== "lm_head" && r.role !== "embed";
+        const isHead = (r: WeightEncodingReport) => r.role === "lm_head";
+        const body = lut.reports.filter(isBody);
+        const L = ck.config.numHiddenLayers;
+        expect(body.length).toBe(((3 * L) / 4) * 5 + (L / 4) * 4 + L * 3); // GDN: qkv z b a out · attention: q k v o · MLP: gate up down
+        for (const r of body) expect(r.bits).toBe(4);
+        for (const r of lut.reports.filter(isHead)) expect(r.bits).toBe(6);
+        // the default policy, tensor by tensor: GDN a/b fp16, every other projection LUT6
+        const bitsByRole = new Map<string, Set<number>>();
+        for (const r of policy.reports.filter(isBody))
+          bitsByRole.set(r.role, (bitsByRole.get(r.role) ?? new Set()).add(r.bits));
+        const want: Record<string, number> = {
+          "gdn.in_proj_a": 16,
+          "gdn.in_proj_b": 16,
+          "gdn.in_proj_qkv": 6,
+          "gdn.out_proj": 6,
+          "gdn.in_proj_z": 6,
+          "attn.q_proj": 6,
+          "attn.k_proj": 6,
+          "attn.v_proj": 6,
+          "attn.o_proj": 6,
+          "mlp.gate_proj": 6,
+          "mlp.up_proj": 6,
+          "mlp.down_proj": 6,
+        };
+        expect(Object.fromEntries([...bitsByRole].map(([k, v]) => [k, [...v]]))).toEqual(
+          Object.fromEntries(Object.entries(want).map(([k, v]) => [k, [v]])),
+        );
+        const meanRel = (rs: WeightEncodingReport[]) => rs.reduce((s, r) => s + r.relative, 0) / rs.length;
+        report(
+          name,
+          "mean relative weight error fp16 / int8 / lut6 head / lut4 body / lut4 head",
+          [
+            fp16.reports,
+            int8.reports.filter(isBody),
+            lut.reports.filter(isHead),
+            body,
+            lutHead.reports.filter(isHead),
+          ]
+            .map((rs) => meanRel(rs).toExponential(2))
+            .join(" / "),
+        );
+        // coarser codes lose more: fp16 < int8 < LUT6 < LUT4 (per-tensor reconstruction error)
+        expect(meanRel(fp16.reports)).toBeLessThan(meanRel(int8.reports.filter(isBody)));
+        expect(meanRel(lut.reports.filter(isHead))).toBeLessThan(meanRel(lutHead.reports.filter(isHead)));
+        // the policy's finer GDN encodings lose less than uniform LUT4 on those tensors
+        const gdnFine = (rs: WeightEncodingReport[]) =>
+          rs.filter((r) =>
+            ["gdn.in_proj_qkv", "gdn.out_proj", "gdn.in_proj_a", "gdn.in_proj_b"].includes(r.role),
+          );
+        expect(meanRel(gdnFine(policy.reports))).toBeLessThan(meanRel(gdnFine(lut.reports)));
+        expect(fp16.kl).toBeLessThan(lut.kl);
+      },
+      timeLimit(240_000),
+    ); // k-means of tiny-trained's 6 M body weights, three times
   });
 }
 
 describe("coremltools", () => {
-  it("every package written above passes coremltools validation", async (ctx) => {
-    ctx.skip(written.length === 0, "no fixtures, no packages written");
-    const v = await validateWithCoremltools(written);
-    if (!v.available) {
-      if (process.env.CI) throw new Error(`coremltools unavailable in CI: ${v.reason}`);
-      ctx.skip(`coremltools unavailable: ${v.reason}`);
-      return;
-    }
-    expect(v.verdicts.filter((x) => !x.ok)).toEqual([]);
-    expect(v.verdicts).toHaveLength(written.length);
-    report("all", "packages validated by coremltools", `${v.verdicts.length} (coremltools ${v.coremltools})`);
-  }, 300_000); // one Python process loads coremltools and reads every package: minutes on a loaded machine
+  it(
+    "every package written above passes coremltools validation",
+    async (ctx) => {
+      ctx.skip(written.length === 0, "no fixtures, no packages written");
+      const v = await validateWithCoremltools(written);
+      if (!v.available) {
+        if (process.env.CI) throw new Error(`coremltools unavailable in CI: ${v.reason}`);
+        ctx.skip(`coremltools unavailable: ${v.reason}`);
+        return;
+      }
+      expect(v.verdicts.filter((x) => !x.ok)).toEqual([]);
+      expect(v.verdicts).toHaveLength(written.length);
+      report(
+        "all",
+        "packages validated by coremltools",
+        `${v.verdicts.length} (coremltools ${v.coremltools})`,
+      );
+    },
+    timeLimit(300_000),
+  ); // one Python process loads coremltools and reads every package: minutes on a loaded machine
 });

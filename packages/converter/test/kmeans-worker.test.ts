@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, describe, expect, it } from "vitest";
 import { workerExecArgv } from "../src/kmeans-pool.js";
 
@@ -25,12 +26,16 @@ console.log(JSON.stringify({ same: Buffer.from(a.indices).equals(Buffer.from(b.i
 `;
 
 describe("the k-means worker from source", () => {
-  it("starts under tsx (as the benchmarks run) as it does under vitest", () => {
-    const script = join(work, "from-source.mts");
-    writeFileSync(script, SCRIPT);
-    const r = execFileSync(process.execPath, ["--import", "tsx", script], { cwd: pkg, encoding: "utf8" });
-    expect(JSON.parse(r.trim().split("\n").at(-1) as string)).toEqual({ same: true });
-  }, 60_000);
+  it(
+    "starts under tsx (as the benchmarks run) as it does under vitest",
+    () => {
+      const script = join(work, "from-source.mts");
+      writeFileSync(script, SCRIPT);
+      const r = execFileSync(process.execPath, ["--import", "tsx", script], { cwd: pkg, encoding: "utf8" });
+      expect(JSON.parse(r.trim().split("\n").at(-1) as string)).toEqual({ same: true });
+    },
+    timeLimit(60_000),
+  );
 });
 
 describe("worker options", () => {

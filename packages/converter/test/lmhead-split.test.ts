@@ -3,6 +3,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { readChainManifest } from "@anemll-qwen35/ir/chain";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { describe, expect, it } from "vitest";
 import { chooseLmHeadSplit, convert, lmHeadCandidates, planPieces } from "../src/index.js";
 
@@ -25,28 +26,32 @@ describe("lm_head split sweep", () => {
     expect(chooseLmHeadSplit([c(1, 3, 2), c(2, 2, 2)]).pieces).toBe(2);
   });
 
-  it("convert --lmhead-rows auto records the sweep and builds the chosen split", async () => {
-    const out = join(mkdtempSync(join(tmpdir(), "lmhead-auto-")), "m");
-    const lines: string[] = [];
-    const r = await convert({
-      model: tied,
-      out,
-      ctx: 128,
-      lmHeadMaxRows: "auto",
-      onLog: (l) => lines.push(l),
-    });
-    const m = await readChainManifest(r.out);
-    const split = m.lmHeadSplit;
-    if (process.platform !== "darwin") expect(split?.chosenBy).toBe("costplan-estimate");
-    expect(split?.candidates.length).toBeGreaterThan(1);
-    const head = m.components.find((c) => c.kind === "lm_head");
-    expect(head?.io.lmHead?.pieces.length).toBe(split?.pieces);
-    expect(Math.max(...(head?.io.lmHead?.pieces.map((p) => p.rows) ?? []))).toBeLessThanOrEqual(
-      split?.maxRows ?? 0,
-    );
-    expect(lines.some((l) => /lm_head split: chose/.test(l))).toBe(true);
-    // a fixed limit records no sweep
-    const fixed = await convert({ model: tied, out: `${out}-fixed`, ctx: 128, lmHeadMaxRows: 512 });
-    expect((await readChainManifest(fixed.out)).lmHeadSplit).toBeUndefined();
-  }, 120_000);
+  it(
+    "convert --lmhead-rows auto records the sweep and builds the chosen split",
+    async () => {
+      const out = join(mkdtempSync(join(tmpdir(), "lmhead-auto-")), "m");
+      const lines: string[] = [];
+      const r = await convert({
+        model: tied,
+        out,
+        ctx: 128,
+        lmHeadMaxRows: "auto",
+        onLog: (l) => lines.push(l),
+      });
+      const m = await readChainManifest(r.out);
+      const split = m.lmHeadSplit;
+      if (process.platform !== "darwin") expect(split?.chosenBy).toBe("costplan-estimate");
+      expect(split?.candidates.length).toBeGreaterThan(1);
+      const head = m.components.find((c) => c.kind === "lm_head");
+      expect(head?.io.lmHead?.pieces.length).toBe(split?.pieces);
+      expect(Math.max(...(head?.io.lmHead?.pieces.map((p) => p.rows) ?? []))).toBeLessThanOrEqual(
+        split?.maxRows ?? 0,
+      );
+      expect(lines.some((l) => /lm_head split: chose/.test(l))).toBe(true);
+      // a fixed limit records no sweep
+      const fixed = await convert({ model: tied, out: `${out}-fixed`, ctx: 128, lmHeadMaxRows: 512 });
+      expect((await readChainManifest(fixed.out)).lmHeadSplit).toBeUndefined();
+    },
+    timeLimit(120_000),
+  );
 });

@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { argmax, cosine, maxAbsDiff, Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
 import { checkProgram, MlPackageWriter, readMlPackage } from "@anemll-qwen35/ir/mil";
 import { validateWithCoremltools } from "@anemll-qwen35/testkit";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   type BuildOptions,
@@ -227,14 +228,18 @@ for (const name of ["tiny-tied", "tiny-gqa", "tiny-trained"]) {
 }
 
 describe("coremltools", () => {
-  it("accepts every multifunction package written above (every function rebuilt by its MIL loader)", async (ctx) => {
-    const v = await validateWithCoremltools(written);
-    if (!v.available) {
-      if (process.env.CI) throw new Error(`coremltools unavailable in CI: ${v.reason}`);
-      ctx.skip(`coremltools unavailable: ${v.reason}`);
-      return;
-    }
-    expect(written.length).toBeGreaterThan(0);
-    for (const verdict of v.verdicts) expect(verdict, verdict.error ?? "").toMatchObject({ ok: true });
-  }, 600_000); // one Python process for them all; slow on a loaded machine
+  it(
+    "accepts every multifunction package written above (every function rebuilt by its MIL loader)",
+    async (ctx) => {
+      const v = await validateWithCoremltools(written);
+      if (!v.available) {
+        if (process.env.CI) throw new Error(`coremltools unavailable in CI: ${v.reason}`);
+        ctx.skip(`coremltools unavailable: ${v.reason}`);
+        return;
+      }
+      expect(written.length).toBeGreaterThan(0);
+      for (const verdict of v.verdicts) expect(verdict, verdict.error ?? "").toMatchObject({ ok: true });
+    },
+    timeLimit(600_000),
+  ); // one Python process for them all; slow on a loaded machine
 });

@@ -432,15 +432,27 @@ class GenerationImpl implements Generation {
     // a raw prompt is the caller's own text: special tokens written in it are control tokens
     if (typeof o.prompt === "string") return { ids: tokenizer.encode(o.prompt), text: o.prompt };
     if (Array.isArray(o.prompt) || o.prompt instanceof Int32Array) {
-      const ids = Array.from(o.prompt);
-      for (const id of ids) {
-        if (!Number.isInteger(id) || id < 0)
-          throw new InvalidArgumentError(`generate: prompt id ${id} is not a token id`);
-      }
+      const ids = promptIdArray(o.prompt);
       return { ids, text: tokenizer.decode(ids.slice(-64)) };
     }
     throw new InvalidArgumentError("generate: needs `prompt` (text or token ids) or `messages`");
   }
+}
+
+/**
+ * Prompt ids as a plain array, each checked, in one indexed pass: a prompt can hold hundreds of
+ * thousands of ids, and Array.from of a typed array takes ~6x as long (25 ms for 400,000), time in
+ * which a server answers nobody else.
+ */
+function promptIdArray(p: readonly number[] | Int32Array): number[] {
+  const ids = new Array<number>(p.length);
+  for (let i = 0; i < p.length; i++) {
+    const id = p[i];
+    if (!Number.isInteger(id) || id < 0)
+      throw new InvalidArgumentError(`generate: prompt id ${id} is not a token id`);
+    ids[i] = id;
+  }
+  return ids;
 }
 
 /**

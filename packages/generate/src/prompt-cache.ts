@@ -31,8 +31,18 @@ export interface PromptCacheStats {
 }
 
 interface Entry {
+  /** The client partition that stored it (see PromptCache.partition). */
+  readonly partition: string;
   readonly ids: Int32Array;
   readonly snapshot: StateSnapshot;
+}
+
+/** What the partitions of one cache share: the snapshots, the byte budget and the counts. */
+interface Store {
+  /** In use order: the least recently used first. */
+  readonly entries: Set<Entry>;
+  held: number;
+  readonly counts: { hits: number; misses: number; cachedTokens: number; evictions: number };
 }
 
 export const DEFAULT_PROMPT_CACHE_MIN_TOKENS = 16;
@@ -40,10 +50,12 @@ export const DEFAULT_PROMPT_CACHE_MIN_TOKENS = 16;
 export class PromptCache {
   readonly maxBytes: number;
   readonly minTokens: number;
-  /** In use order: the least recently used first. */
-  private readonly entries = new Map<string, Entry>();
-  private held = 0;
-  private counts = { hits: 0, misses: 0, cachedTokens: 0, evictions: 0 };
+  private shared: Store = {
+    entries: new Set(),
+    held: 0,
+    counts: { hits: 0, misses: 0, cachedTokens: 0, evictions: 0 },
+  };
+  private partitionName = "";
 
   constructor(o: PromptCacheOptions) {
     if (!Number.isFinite(o.maxBytes) || o.maxBytes < 0)
@@ -56,25 +68,39 @@ export class PromptCache {
   }
 
   /**
+   * A view of this cache that sees only the snapshots stored through views of the same `name`
+   * (one per client, e.g. per API key): its lookups never restore, and its plans never branch at,
+   * another partition's prompts, so neither the tokens restored nor the time taken tell one client
+   * what another sent. The partitions share the byte budget (least recently used evicted first,
+   * whoever stored it) and the counts. This cache itself is the partition named "".
+   */
+  partition(name: string): PromptCache {
+    const view = new PromptCache({ maxBytes: this.maxBytes, minTokens: this.minTokens });
+    view.shared = this.shared;
+    view.partitionName = name;
+    return view;
+  }
+
+  /**
    * The snapshot of the longest stored prefix of `ids` that leaves at least one token to prefill
    * (the model must still compute the last token's output), marked as used; undefined on a miss.
    */
   lookup(ids: ArrayLike<number>): { tokens: number; snapshot: StateSnapshot } | undefined {
-    let best: { key: string; entry: Entry } | undefined;
-    for (const [key, entry] of this.entries) {
-      const n = entry.ids.length;
-      if (n < ids.length && n > (best?.entry.ids.length ?? 0) && commonPrefix(entry.ids, ids) === n)
-        best = { key, entry };
+    const { entries, counts } = this.shared;
+    let best: Entry | undefined;
+    for (const e of this.own()) {
+      const n = e.ids.length;
+      if (n < ids.length && n > (best?.ids.length ?? 0) && commonPrefix(e.ids, ids) === n) best = e;
     }
     if (!best) {
-      this.counts.misses++;
+      counts.misses++;
       return undefined;
     }
-    this.entries.delete(best.key);
-    this.entries.set(best.key, best.entry);
-    this.counts.hits++;
-    this.counts.cachedTokens += best.entry.ids.length;
-    return { tokens: best.entry.ids.length, snapshot: best.entry.snapshot };
+    entries.delete(best);
+    entries.add(best);
+    counts.hits++;
+    counts.cachedTokens += best.ids.length;
+    return { tokens: best.ids.length, snapshot: best.snapshot };
   }
 
   /**
@@ -84,11 +110,16 @@ export class PromptCache {
    */
   plan(ids: ArrayLike<number>, from: number, checkpoints: readonly number[] = []): number[] {
     let branch = 0;
-    for (const e of this.entries.values()) branch = Math.max(branch, commonPrefix(e.ids, ids));
+    const stored = new Set<number>();
+    for (const e of this.own()) {
+      const shared = commonPrefix(e.ids, ids);
+      branch = Math.max(branch, shared);
+      if (shared === e.ids.length) stored.add(shared);
+    }
     const points = new Set([...checkpoints, branch, ids.length - 1]);
     return [...points]
       .filter((p) => Number.isInteger(p) && p > from && p < ids.length && p >= this.minTokens)
-      .filter((p) => !this.entries.has(keyOf(ids, p)))
+      .filter((p) => !stored.has(p))
       .sort((a, b) => a - b);
   }
 
@@ -108,31 +139,41 @@ export class PromptCache {
       snapshot.dispose();
       return;
     }
-    const key = keyOf(ids, ids.length);
-    this.remove(key);
-    this.entries.set(key, { ids: Int32Array.from(ids), snapshot });
-    this.held += snapshot.bytes;
-    for (const k of this.entries.keys()) {
-      if (this.held <= this.maxBytes) break;
-      this.remove(k);
-      this.counts.evictions++;
+    for (const e of this.own()) {
+      if (e.ids.length === ids.length && commonPrefix(e.ids, ids) === ids.length) this.remove(e);
+    }
+    const s = this.shared;
+    s.entries.add({ partition: this.partitionName, ids: Int32Array.from(ids), snapshot });
+    s.held += snapshot.bytes;
+    for (const e of s.entries) {
+      if (s.held <= this.maxBytes) break;
+      this.remove(e);
+      s.counts.evictions++;
     }
   }
 
-  /** Disposes every snapshot. */
+  /** Disposes every snapshot, of every partition. */
   clear(): void {
-    for (const k of [...this.entries.keys()]) this.remove(k);
+    for (const e of [...this.shared.entries]) this.remove(e);
   }
 
+  /** Counts of the whole cache, every partition together. */
   stats(): PromptCacheStats {
-    return { entries: this.entries.size, bytes: this.held, ...this.counts };
+    const { entries, held, counts } = this.shared;
+    return { entries: entries.size, bytes: held, ...counts };
   }
 
-  private remove(key: string): void {
-    const e = this.entries.get(key);
-    if (!e) return;
-    this.entries.delete(key);
-    this.held -= e.snapshot.bytes;
+  /** This partition's entries (a copy: callers may remove while iterating). */
+  private own(): Entry[] {
+    const out: Entry[] = [];
+    for (const e of this.shared.entries) if (e.partition === this.partitionName) out.push(e);
+    return out;
+  }
+
+  private remove(e: Entry): void {
+    const s = this.shared;
+    if (!s.entries.delete(e)) return;
+    s.held -= e.snapshot.bytes;
     e.snapshot.dispose();
   }
 }
@@ -143,8 +184,4 @@ export function commonPrefix(a: ArrayLike<number>, b: ArrayLike<number>): number
   let i = 0;
   while (i < n && a[i] === b[i]) i++;
   return i;
-}
-
-function keyOf(ids: ArrayLike<number>, length: number): string {
-  return Array.prototype.slice.call(ids, 0, length).join(",");
 }

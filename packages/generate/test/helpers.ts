@@ -41,6 +41,8 @@ export interface ScriptedModelOptions {
   top1?: boolean;
   /** Milliseconds each step waits (to let an abort land mid-run). */
   stepDelayMs?: number;
+  /** Called as each step (1: the prefill) begins its wait: where a test aborts "during a step". */
+  onStep?: (step: number) => void;
   /** Declare `outputKind` up front. */
   declareOutputKind?: boolean;
 }
@@ -96,7 +98,10 @@ export class ScriptedModel implements StepModel {
     this.disposed = true;
   }
 
+  private steps = 0;
+
   private async wait(opts?: StepOptions): Promise<void> {
+    this.opts.onStep?.(++this.steps);
     if (this.opts.stepDelayMs) await new Promise((r) => setTimeout(r, this.opts.stepDelayMs));
     opts?.signal?.throwIfAborted();
   }

@@ -136,6 +136,30 @@ describe("PromptCache with generate()", () => {
     expect(model.live).toBe(0);
   });
 
+  it("keeps partitions apart: one never restores, nor branches at, another's prompts; the budget is shared", async () => {
+    const model = new HashModel(tok.vocabSize);
+    const cache = new PromptCache({ maxBytes: 6500 }); // six snapshots of 1000 bytes
+    const alice = cache.partition("alice");
+    const bob = cache.partition("bob");
+    const checkpoints = [system.length];
+    await run(model, ask(1), { promptCache: alice, cacheCheckpoints: checkpoints });
+    // bob sends alice's system prompt with questions of his own: no hit on her snapshot, and no
+    // snapshot at the branch from her prompt (his second request would hit it, telling him how
+    // long a prefix he shares with her); from his own two prompts he gets his branch, as she did
+    for (const n of [2, 3]) {
+      expect((await run(model, ask(n), { promptCache: bob })).stats.cachedTokens).toBe(0);
+    }
+    expect((await run(model, ask(4), { promptCache: bob })).stats.cachedTokens).toBe(system.length);
+    // alice still hits her own system turn; the partition "" (the cache itself) sees neither
+    expect((await run(model, ask(5), { promptCache: alice })).stats.cachedTokens).toBe(system.length);
+    expect((await run(model, ask(5), { promptCache: cache })).stats.cachedTokens).toBe(0);
+    // one budget for all: the eighth snapshot evicted the oldest, whoever stored it
+    expect(cache.stats().bytes).toBeLessThanOrEqual(6500);
+    expect(cache.stats().evictions).toBeGreaterThan(0);
+    cache.clear();
+    expect(model.live).toBe(0);
+  });
+
   it("stays out of the way: short prompts, models without snapshots, bad settings", async () => {
     const model = new HashModel(tok.vocabSize);
     const cache = new PromptCache({ maxBytes: 1e6, minTokens: 16 });

@@ -65,7 +65,7 @@ describe.skipIf(!found)(`real Qwen3.5 tokenizer${found ? ` (${found.path})` : ` 
         { eosTokenIds: modelEos, chatTemplate: template, source: found!.path },
       );
     }
-  }, 300_000); // building the 248k-id BPE takes ~10 s idle, minutes on a loaded 2-core machine
+  }); // building the 248k-id BPE: see vitest.config.ts
 
   it("has Qwen3.5's 248,044 BPE ids and 33 added tokens at the documented ids", () => {
     expect(tok.tokenId("<|endoftext|>")).toBe(248044);

@@ -18,12 +18,13 @@ import { loadTokenizer } from "@anemll-qwen35/generate";
 import { parseChainManifest, readChainManifest } from "@anemll-qwen35/ir/chain";
 import { parseQwen35Config, SafetensorsCheckpoint, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
 import { checkProgram, readMlPackage } from "@anemll-qwen35/ir/mil";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, it, vi } from "vitest";
 
 const SEED = Number(process.env.ANEMLL_FUZZ_SEED ?? 20261201);
 const RUNS = Number(process.env.ANEMLL_FUZZ_RUNS ?? 120);
-const CASE_MS = 5000;
+const CASE_MS = timeLimit(5000);
 
 const FIXTURES = resolve(__dirname, "../../../fixtures");
 const TINY = join(FIXTURES, "tiny-tied");
@@ -205,103 +206,128 @@ describe(`reader fuzz (seed ${SEED}, ${RUNS} cases per reader)`, () => {
       lmHead: none,
       embed: none,
     });
-  }, 120_000);
+  }, timeLimit(120_000));
 
-  it("safetensors files", async () => {
-    const valid = safetensorsBytes();
-    const file = join(work, "fuzz.safetensors");
-    await fuzz("safetensors", byteOps(120), async (ops) => {
-      await writeFile(file, applyBytes(valid, ops));
-      await using f = await SafetensorsFile.open(file);
-      for (const name of f.names()) await f.read(name);
-    });
-  }, 120_000);
+  it(
+    "safetensors files",
+    async () => {
+      const valid = safetensorsBytes();
+      const file = join(work, "fuzz.safetensors");
+      await fuzz("safetensors", byteOps(120), async (ops) => {
+        await writeFile(file, applyBytes(valid, ops));
+        await using f = await SafetensorsFile.open(file);
+        for (const name of f.names()) await f.read(name);
+      });
+    },
+    timeLimit(120_000),
+  );
 
-  it("model.safetensors.index.json", async () => {
-    const dir = join(work, "index");
-    cpSync(TINY, dir, { recursive: true });
-    const index = readFileSync(join(TINY, "model.safetensors.index.json"), "utf8");
-    await fuzz("index", jsonMutation, async (m) => {
-      await writeFile(join(dir, "model.safetensors.index.json"), mutateJsonText(index, m));
-      const ck = await SafetensorsCheckpoint.open(dir);
-      await ck.close();
-    });
-  }, 120_000);
+  it(
+    "model.safetensors.index.json",
+    async () => {
+      const dir = join(work, "index");
+      cpSync(TINY, dir, { recursive: true });
+      const index = readFileSync(join(TINY, "model.safetensors.index.json"), "utf8");
+      await fuzz("index", jsonMutation, async (m) => {
+        await writeFile(join(dir, "model.safetensors.index.json"), mutateJsonText(index, m));
+        const ck = await SafetensorsCheckpoint.open(dir);
+        await ck.close();
+      });
+    },
+    timeLimit(120_000),
+  );
 
-  it("config.json", async () => {
-    const text = readFileSync(join(TINY, "config.json"), "utf8");
-    await fuzz("config", jsonMutation, async (m) => {
-      const mutated = mutateJsonText(text, m);
-      let json: unknown;
-      try {
-        json = JSON.parse(mutated);
-      } catch {
-        return; // readQwen35Config's own JSON error is covered by its tests
-      }
-      parseQwen35Config(json, "config.json");
-    });
-  }, 120_000);
+  it(
+    "config.json",
+    async () => {
+      const text = readFileSync(join(TINY, "config.json"), "utf8");
+      await fuzz("config", jsonMutation, async (m) => {
+        const mutated = mutateJsonText(text, m);
+        let json: unknown;
+        try {
+          json = JSON.parse(mutated);
+        } catch {
+          return; // readQwen35Config's own JSON error is covered by its tests
+        }
+        parseQwen35Config(json, "config.json");
+      });
+    },
+    timeLimit(120_000),
+  );
 
-  it("model.json", async () => {
-    const text = readFileSync(join(chain, "model.json"), "utf8");
-    const dir = join(work, "manifest");
-    mkdirSync(dir, { recursive: true });
-    await fuzz("model.json", jsonMutation, async (m) => {
-      const mutated = mutateJsonText(text, m);
-      await writeFile(join(dir, "model.json"), mutated);
-      await readChainManifest(dir);
-      parseChainManifest(JSON.parse(mutated));
-    });
-  }, 120_000);
+  it(
+    "model.json",
+    async () => {
+      const text = readFileSync(join(chain, "model.json"), "utf8");
+      const dir = join(work, "manifest");
+      mkdirSync(dir, { recursive: true });
+      await fuzz("model.json", jsonMutation, async (m) => {
+        const mutated = mutateJsonText(text, m);
+        await writeFile(join(dir, "model.json"), mutated);
+        await readChainManifest(dir);
+        parseChainManifest(JSON.parse(mutated));
+      });
+    },
+    timeLimit(120_000),
+  );
 
-  it(".mlpackage folders (Manifest.json, the model protobuf, the weight blob)", async () => {
-    const pkg = join(chain, "sb_00.mlpackage");
-    const copy = join(work, "fuzz.mlpackage");
-    const data = join("Data", "com.apple.CoreML");
-    const manifest = readFileSync(join(pkg, "Manifest.json"), "utf8");
-    const model = readFileSync(join(pkg, data, "model.mlmodel"));
-    const blob = readFileSync(join(pkg, data, "weights", "weight.bin"));
-    const part = fc.oneof(
-      jsonMutation.map((m) => ({ part: "manifest" as const, m })),
-      byteOps(256).map((ops) => ({ part: "model" as const, ops })),
-      byteOps(256).map((ops) => ({ part: "blob" as const, ops })),
-    );
-    cpSync(pkg, copy, { recursive: true });
-    await fuzz("mlpackage", part, async (p) => {
-      writeFileSync(join(copy, "Manifest.json"), manifest);
-      writeFileSync(join(copy, data, "model.mlmodel"), model);
-      writeFileSync(join(copy, data, "weights", "weight.bin"), blob);
-      if (p.part === "manifest") writeFileSync(join(copy, "Manifest.json"), mutateJsonText(manifest, p.m));
-      else if (p.part === "model") writeFileSync(join(copy, data, "model.mlmodel"), applyBytes(model, p.ops));
-      else writeFileSync(join(copy, data, "weights", "weight.bin"), applyBytes(blob, p.ops));
-      await readMlPackage(copy, { check: (mm) => checkProgram(mm.program) });
-    });
-  }, 180_000);
+  it(
+    ".mlpackage folders (Manifest.json, the model protobuf, the weight blob)",
+    async () => {
+      const pkg = join(chain, "sb_00.mlpackage");
+      const copy = join(work, "fuzz.mlpackage");
+      const data = join("Data", "com.apple.CoreML");
+      const manifest = readFileSync(join(pkg, "Manifest.json"), "utf8");
+      const model = readFileSync(join(pkg, data, "model.mlmodel"));
+      const blob = readFileSync(join(pkg, data, "weights", "weight.bin"));
+      const part = fc.oneof(
+        jsonMutation.map((m) => ({ part: "manifest" as const, m })),
+        byteOps(256).map((ops) => ({ part: "model" as const, ops })),
+        byteOps(256).map((ops) => ({ part: "blob" as const, ops })),
+      );
+      cpSync(pkg, copy, { recursive: true });
+      await fuzz("mlpackage", part, async (p) => {
+        writeFileSync(join(copy, "Manifest.json"), manifest);
+        writeFileSync(join(copy, data, "model.mlmodel"), model);
+        writeFileSync(join(copy, data, "weights", "weight.bin"), blob);
+        if (p.part === "manifest") writeFileSync(join(copy, "Manifest.json"), mutateJsonText(manifest, p.m));
+        else if (p.part === "model")
+          writeFileSync(join(copy, data, "model.mlmodel"), applyBytes(model, p.ops));
+        else writeFileSync(join(copy, data, "weights", "weight.bin"), applyBytes(blob, p.ops));
+        await readMlPackage(copy, { check: (mm) => checkProgram(mm.program) });
+      });
+    },
+    timeLimit(180_000),
+  );
 
-  it("tokenizer files (tokenizer.json, tokenizer_config.json, the chat template)", async () => {
-    const src = join(FIXTURES, "tokenizer");
-    const dir = join(work, "tokenizer");
-    mkdirSync(dir, { recursive: true });
-    const files = ["tokenizer.json", "tokenizer_config.json"] as const;
-    const texts = Object.fromEntries(files.map((f) => [f, readFileSync(join(src, f), "utf8")]));
-    const template = readFileSync(join(src, "chat_template.jinja"));
-    // @huggingface/tokenizers warns on the console about configs it does not know; that is expected here
-    vi.spyOn(console, "warn").mockImplementation(() => {});
-    vi.spyOn(console, "error").mockImplementation(() => {});
-    const part = fc.oneof(
-      fc.record({ file: fc.constantFrom(...files), m: jsonMutation }),
-      byteOps(64).map((ops) => ({ file: "chat_template.jinja" as const, ops })),
-    );
-    await fuzz("tokenizer", part, async (p) => {
-      for (const f of files) copyFileSync(join(src, f), join(dir, f));
-      copyFileSync(join(src, "chat_template.jinja"), join(dir, "chat_template.jinja"));
-      if ("m" in p) writeFileSync(join(dir, p.file), mutateJsonText(texts[p.file], p.m));
-      else writeFileSync(join(dir, p.file), applyBytes(template, p.ops));
-      const tok = await loadTokenizer(dir);
-      const ids = tok.encode("Hello <|im_start|> world");
-      tok.decode(ids);
-      tok.encodeChat([{ role: "user", content: "hi <|im_end|>" }]);
-    });
-    vi.restoreAllMocks();
-  }, 180_000);
+  it(
+    "tokenizer files (tokenizer.json, tokenizer_config.json, the chat template)",
+    async () => {
+      const src = join(FIXTURES, "tokenizer");
+      const dir = join(work, "tokenizer");
+      mkdirSync(dir, { recursive: true });
+      const files = ["tokenizer.json", "tokenizer_config.json"] as const;
+      const texts = Object.fromEntries(files.map((f) => [f, readFileSync(join(src, f), "utf8")]));
+      const template = readFileSync(join(src, "chat_template.jinja"));
+      // @huggingface/tokenizers warns on the console about configs it does not know; that is expected here
+      vi.spyOn(console, "warn").mockImplementation(() => {});
+      vi.spyOn(console, "error").mockImplementation(() => {});
+      const part = fc.oneof(
+        fc.record({ file: fc.constantFrom(...files), m: jsonMutation }),
+        byteOps(64).map((ops) => ({ file: "chat_template.jinja" as const, ops })),
+      );
+      await fuzz("tokenizer", part, async (p) => {
+        for (const f of files) copyFileSync(join(src, f), join(dir, f));
+        copyFileSync(join(src, "chat_template.jinja"), join(dir, "chat_template.jinja"));
+        if ("m" in p) writeFileSync(join(dir, p.file), mutateJsonText(texts[p.file], p.m));
+        else writeFileSync(join(dir, p.file), applyBytes(template, p.ops));
+        const tok = await loadTokenizer(dir);
+        const ids = tok.encode("Hello <|im_start|> world");
+        tok.decode(ids);
+        tok.encodeChat([{ role: "user", content: "hi <|im_end|>" }]);
+      });
+      vi.restoreAllMocks();
+    },
+    timeLimit(180_000),
+  );
 });

@@ -5,6 +5,7 @@ import { convert } from "@anemll-qwen35/converter";
 import { coreMLAvailability } from "@anemll-qwen35/coreml";
 import { loadGolden } from "@anemll-qwen35/ir/checkpoint";
 import { mlxAvailable } from "@anemll-qwen35/runtime-mlx";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { chooseBackend, loadModel, ModelLoadError } from "../src/index.js";
 
@@ -26,7 +27,7 @@ describe("loadModel on a converted chain", () => {
       lmHead: plain,
       embed: plain,
     });
-  }, 120_000);
+  }, timeLimit(120_000));
 
   it("auto picks Core ML where it runs, else the reference interpreter, and generates the golden tokens", async () => {
     const g = await loadGolden(TINY);

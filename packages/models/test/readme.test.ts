@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, describe, expect, it } from "vitest";
 
 const ROOT = resolve(__dirname, "../../..");
@@ -28,7 +29,7 @@ describe("the README's loadModel example", () => {
       const file = join(__dirname, "..", `.readme-example-${process.pid}.mjs`);
       writeFileSync(file, code);
       try {
-        const r = spawnSync(process.execPath, [file], { encoding: "utf8", timeout: 120_000 });
+        const r = spawnSync(process.execPath, [file], { encoding: "utf8", timeout: timeLimit(120_000) });
         expect(r.stderr).toBe("");
         expect(r.status).toBe(0);
         expect(r.stdout).toMatch(/tok\/s \((reference|coreml) \(/);
@@ -36,6 +37,6 @@ describe("the README's loadModel example", () => {
         rmSync(file, { force: true });
       }
     },
-    180_000,
+    timeLimit(180_000),
   );
 });

@@ -5,6 +5,7 @@ import { type ConvertOptions, convert } from "@anemll-qwen35/converter";
 import { ContextOverflowError, generate, loadTokenizer } from "@anemll-qwen35/generate";
 import { ChainIntegrityError, ChainManifestError } from "@anemll-qwen35/ir/chain";
 import { argmax, cosine, loadGolden, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { beforeAll, describe, expect, it } from "vitest";
 import { ChainLoadError, ChainRunner, type LoadChainOptions, referenceBackend } from "../src/index.js";
 
@@ -33,7 +34,7 @@ describe("ChainRunner on the reference backend", () => {
   beforeAll(async () => {
     fp32Dir = await converted("tiny-tied", { ...plain, dtype: "fp32" });
     fp16Dir = await converted("tiny-tied", { ...plain });
-  }, 120_000);
+  }, timeLimit(120_000));
 
   it("reproduces the Hugging Face golden logits and greedy tokens (fp32 conversion, fp32 mode)", async () => {
     const g = await loadGolden(join(FIXTURES, "tiny-tied"));

@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
 import { loadGolden, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { beforeAll, describe, expect, it } from "vitest";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
@@ -77,31 +78,39 @@ describe.skipIf(!python)(
         state: "mlstate",
         ...plain,
       });
-    }, 180_000);
+    }, timeLimit(180_000));
 
-    it("the numpy reference reproduces the Hugging Face goldens when the window holds everything", async () => {
-      const g = await loadGolden(FIXTURE);
-      const ref = reference(g.promptIds, 4096, 0, 0);
-      let worst = 0;
-      for (let i = 0; i < ref.length; i++) worst = Math.max(worst, maxAbsDiff(ref[i], g.promptLogits[i]));
-      expect(worst).toBeLessThan(2e-4);
-    }, 120_000);
+    it(
+      "the numpy reference reproduces the Hugging Face goldens when the window holds everything",
+      async () => {
+        const g = await loadGolden(FIXTURE);
+        const ref = reference(g.promptIds, 4096, 0, 0);
+        let worst = 0;
+        for (let i = 0; i < ref.length; i++) worst = Math.max(worst, maxAbsDiff(ref[i], g.promptLogits[i]));
+        expect(worst).toBeLessThan(2e-4);
+      },
+      timeLimit(120_000),
+    );
 
     for (const [kind, sinks] of [
       ["io", 4],
       ["mlstate", 0],
     ] as const) {
-      it(`${kind} KV, ${sinks} sinks: runs past ctx and matches sliding-window attention + full GDN history`, async () => {
-        const got = await ringOutputs(dirs[kind], sinks);
-        const want = reference(ids, CTX, sinks, prompt.length - 1);
-        expect(got).toHaveLength(want.length);
-        let worst = 0;
-        for (let i = 0; i < got.length; i++) worst = Math.max(worst, maxAbsDiff(got[i], want[i]));
-        expect(worst).toBeLessThan(1e-3);
-        // and the window matters: full attention over all 146 tokens says something else
-        const full = reference(ids, 4096, 0, prompt.length - 1);
-        expect(Math.max(...got.map((g, i) => maxAbsDiff(g, full[i])))).toBeGreaterThan(1e-2);
-      }, 300_000);
+      it(
+        `${kind} KV, ${sinks} sinks: runs past ctx and matches sliding-window attention + full GDN history`,
+        async () => {
+          const got = await ringOutputs(dirs[kind], sinks);
+          const want = reference(ids, CTX, sinks, prompt.length - 1);
+          expect(got).toHaveLength(want.length);
+          let worst = 0;
+          for (let i = 0; i < got.length; i++) worst = Math.max(worst, maxAbsDiff(got[i], want[i]));
+          expect(worst).toBeLessThan(1e-3);
+          // and the window matters: full attention over all 146 tokens says something else
+          const full = reference(ids, 4096, 0, prompt.length - 1);
+          expect(Math.max(...got.map((g, i) => maxAbsDiff(g, full[i])))).toBeGreaterThan(1e-2);
+        },
+        timeLimit(300_000),
+      );
     }
   },
 );

@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { type ConvertOptions, convert } from "@anemll-qwen35/converter";
 import { SnapshotMismatchError, type StepOutput } from "@anemll-qwen35/generate";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { beforeAll, describe, expect, it } from "vitest";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
@@ -40,7 +41,7 @@ describe("ChainRunner snapshot / restore", () => {
   beforeAll(async () => {
     dirs.io = await converted("io", {});
     dirs.mlstate = await converted("mlstate", { state: "mlstate", dtype: "fp32" });
-  }, 120_000);
+  }, timeLimit(120_000));
 
   for (const [kind, precision] of [
     ["io", "fp16"],

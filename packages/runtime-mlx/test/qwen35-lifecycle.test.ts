@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { ContextOverflowError, generate, loadTokenizer } from "@anemll-qwen35/generate";
 import { WeightError } from "@anemll-qwen35/ir/checkpoint";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { loadMlxModel, ModelBusyError, ModelDisposedError, mx } from "../src/index.js";
 import { argmax, copyFixture, fixtureDir, logitsOf, readGolden, tempDir } from "./fixtures.js";
@@ -135,25 +136,29 @@ describeMlx("Qwen3.5 on MLX: lifecycle", () => {
     expect(result.tokenIds).toEqual(golden.generatedIds.slice(0, result.tokenIds.length));
   });
 
-  it("active memory stays flat over 1,000 decode steps (preallocated KV cache)", async () => {
-    await using model = await loadMlxModel(fixtureDir("tiny-tied"), {
-      dtype: "float32",
-      contextLength: 1100,
-      kvCache: { preallocate: true },
-    });
-    let token = argmax(logitsOf(await model.prefill(golden.promptIds)));
-    let at100 = 0;
-    let state100 = 0;
-    for (let step = 1; step <= 1000; step++) {
-      token = argmax(logitsOf(await model.decode(token)));
-      if (step === 100) {
-        at100 = mx.getActiveMemory();
-        state100 = model.memory().stateBytes;
+  it(
+    "active memory stays flat over 1,000 decode steps (preallocated KV cache)",
+    async () => {
+      await using model = await loadMlxModel(fixtureDir("tiny-tied"), {
+        dtype: "float32",
+        contextLength: 1100,
+        kvCache: { preallocate: true },
+      });
+      let token = argmax(logitsOf(await model.prefill(golden.promptIds)));
+      let at100 = 0;
+      let state100 = 0;
+      for (let step = 1; step <= 1000; step++) {
+        token = argmax(logitsOf(await model.decode(token)));
+        if (step === 100) {
+          at100 = mx.getActiveMemory();
+          state100 = model.memory().stateBytes;
+        }
       }
-    }
-    const at1000 = mx.getActiveMemory();
-    expect(model.memory().stateBytes).toBe(state100); // the cache was allocated once
-    // a few kB of slack for one step's temporaries; 900 leaked steps would be megabytes
-    expect(Math.abs(at1000 - at100)).toBeLessThan(64 * 1024);
-  }, 240_000); // 1,000 steps: ~15 s on an idle 2-core machine, several times that on a loaded one
+      const at1000 = mx.getActiveMemory();
+      expect(model.memory().stateBytes).toBe(state100); // the cache was allocated once
+      // a few kB of slack for one step's temporaries; 900 leaked steps would be megabytes
+      expect(Math.abs(at1000 - at100)).toBeLessThan(64 * 1024);
+    },
+    timeLimit(240_000),
+  ); // 1,000 steps: ~15 s on an idle 2-core machine, several times that on a loaded one
 });

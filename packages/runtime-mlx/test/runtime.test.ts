@@ -40,9 +40,10 @@ describeMlx("evaluation, memory, devices", () => {
       const syncMs = performance.now() - syncStarted;
       const syncTicks = ticks;
       z.dispose();
-      // While MLX computed (tens of ms at least), timers kept firing for the async path only.
+      // While MLX computed (tens of ms at least), timers kept firing for the async path only (how
+      // many depends on the machine's load, so one is proof enough).
       expect(asyncMs).toBeGreaterThan(20);
-      expect(asyncTicks).toBeGreaterThanOrEqual(Math.min(10, Math.floor(asyncMs / 10)));
+      expect(asyncTicks).toBeGreaterThan(0);
       expect(syncTicks).toBe(0);
       console.log(
         `asyncEval: ${asyncTicks} timer ticks in ${asyncMs.toFixed(0)} ms; sync eval: ${syncTicks} in ${syncMs.toFixed(0)} ms`,

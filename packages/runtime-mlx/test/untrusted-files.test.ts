@@ -6,6 +6,7 @@ import { execFileSync } from "node:child_process";
 import { cpSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { AnemllError, InvalidArgumentError } from "@anemll-qwen35/core";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { loadMlxModel } from "../src/index.js";
 import { fixtureDir, tempDir } from "./fixtures.js";
@@ -51,10 +52,14 @@ describeMlx("untrusted checkpoint files", () => {
     await refused(withEntry(null), /shard file name/);
   });
 
-  it("refuses a named pipe instead of blocking on it", async () => {
-    const dir = withEntry("pipe.safetensors", (d) => execFileSync("mkfifo", [join(d, "pipe.safetensors")]));
-    await refused(dir, /pipe\.safetensors, which is not a regular file/);
-  }, 10_000);
+  it(
+    "refuses a named pipe instead of blocking on it",
+    async () => {
+      const dir = withEntry("pipe.safetensors", (d) => execFileSync("mkfifo", [join(d, "pipe.safetensors")]));
+      await refused(dir, /pipe\.safetensors, which is not a regular file/);
+    },
+    timeLimit(10_000),
+  );
 
   it("refuses a context longer than the model's max_position_embeddings", async () => {
     const err = await loadMlxModel(fixtureDir("tiny-tied"), { contextLength: 1_000_000 }).catch((e) => e);

@@ -143,7 +143,7 @@ export class PromptTokenizer {
         this.next();
         return;
       }
-      this.settle((p) => ("ids" in r ? p.resolve(Array.from(r.ids)) : p.reject(fromWorker(r.error))));
+      this.settle((p) => ("ids" in r ? p.resolve(toArray(r.ids)) : p.reject(fromWorker(r.error))));
     });
     worker.on("error", (err) => {
       if (this.worker !== worker) return;
@@ -186,6 +186,16 @@ function run(tokenizer: Tokenizer, job: PromptJob): number[] {
   return job.kind === "chat"
     ? tokenizer.encodeChat(job.messages, job.options).ids
     : tokenizer.encode(job.text);
+}
+
+/**
+ * The worker's ids as a plain array, in one indexed pass (Array.from of a typed array is ~6x slower:
+ * 25 ms for 400,000 ids, on the event loop).
+ */
+function toArray(ids: Int32Array): number[] {
+  const out = new Array<number>(ids.length);
+  for (let i = 0; i < ids.length; i++) out[i] = ids[i];
+  return out;
 }
 
 /** The worker's error as the class the routes expect. */

@@ -5,11 +5,13 @@
  * and check it fits → wait for the model's turn (FIFO, bounded; 429 when full) → generate (from the
  * longest cached prefix of the prompt, see ServerOptions.promptCache) → answer as JSON or as a stream of server-sent events. A client
  * that disconnects aborts its generation, which frees the model for the next request.
- * This file holds the server's life (auth, errors, request log, listen, close); the routes are in
- * routes/ (info, chat-completions, completions, and the model turn they share).
+ * This file holds the server's life (errors, request log, listen, close); who may call it (Host,
+ * Origin, API keys) is access.ts; the routes are in routes/ (info, chat-completions, completions,
+ * and the model turn they share).
  */
-import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import Fastify, { type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from "fastify";
+import { checkApiKeys, isLoopbackHost, registerAccess } from "./access.js";
 import {
   ApiError,
   logSafe,
@@ -31,12 +33,26 @@ import { parseJsonBody } from "./schemas.js";
 export interface ServerOptions {
   /** The models to serve, each under its own name (the request's `model`). */
   models: readonly ModelSource[];
-  /** Default 127.0.0.1: only this machine can connect. */
+  /**
+   * Default 127.0.0.1: only this machine can connect. Any address beyond loopback needs `apiKey`
+   * (listen() refuses otherwise).
+   */
   host?: string;
   /** Default 8080; 0 picks a free port. */
   port?: number;
-  /** When set, every request but GET /health needs `Authorization: Bearer <apiKey>`. */
-  apiKey?: string;
+  /**
+   * When set, every request but GET /health needs `Authorization: Bearer <key>`. Several keys are
+   * several clients, each with its own partition of the prompt cache (see README, Prompt cache).
+   */
+  apiKey?: string | readonly string[];
+  /**
+   * Host names the server answers besides the loopback ones (`"*"`: any). Default: none when
+   * listening on loopback (a web page reaching it through DNS rebinding is refused, 403); any when
+   * listening beyond it.
+   */
+  allowedHosts?: readonly string[];
+  /** Origins whose web pages may call the server, with CORS (`"*"`: any). Default none: 403. */
+  corsOrigins?: readonly string[];
   /** Requests that may wait per model while one runs (default 8); more get 429. */
   queue?: number;
   /** Largest request body in bytes (default 1 MiB); larger gets 413. */
@@ -69,7 +85,10 @@ export interface OpenAIServer extends AsyncDisposable {
   readonly url: string | undefined;
   /** Requests being answered or waiting for their turn. */
   readonly inFlight: number;
-  /** Starts listening (options override those given to createServer); resolves with the base URL. */
+  /**
+   * Starts listening (options override those given to createServer); resolves with the base URL.
+   * An address beyond loopback without an API key is refused (ServerConfigError).
+   */
   listen(o?: { host?: string; port?: number }): Promise<string>;
   /**
    * Stops the server: no new connections, new requests and queued ones get 503, the running ones
@@ -94,9 +113,23 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
   if (!Number.isInteger(maxBody) || maxBody < 1) {
     throw new ServerConfigError(`maxBodyBytes must be a positive integer, got ${maxBody}`);
   }
-  if (options.apiKey !== undefined && options.apiKey.length === 0) {
-    throw new ServerConfigError("apiKey must not be empty");
-  }
+  const apiKeys =
+    options.apiKey === undefined
+      ? []
+      : typeof options.apiKey === "string"
+        ? [options.apiKey]
+        : [...options.apiKey];
+  checkApiKeys(apiKeys);
+  // before the models load: refuse at once a bind that would need a key
+  const needsKey = (host: string) => {
+    if (apiKeys.length === 0 && !isLoopbackHost(host)) {
+      throw new ServerConfigError(
+        `listening on ${host} lets other machines in, so it needs an API key (--api-key, or ANEMLL_API_KEY); ` +
+          "without one, listen on 127.0.0.1 (this machine only)",
+      );
+    }
+  };
+  needsKey(options.host ?? DEFAULT_HOST);
   const requestTimeout = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   if (!Number.isInteger(requestTimeout) || requestTimeout < 1) {
     throw new ServerConfigError(`requestTimeoutMs must be a positive integer, got ${requestTimeout}`);
@@ -154,22 +187,15 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
     });
   };
 
+  let boundHost = options.host ?? DEFAULT_HOST;
   app.addHook("onRequest", async (req) => {
-    req.anemll = { started: performance.now(), log: {}, logged: false };
-    // Health checks (load balancers, supervisors) need no key; they reveal no model output.
-    if (options.apiKey === undefined || req.url.split("?")[0] === "/health") return;
-    const header = req.headers.authorization ?? "";
-    const m = /^Bearer\s+(.+)$/i.exec(header);
-    if (!m || !sameSecret(m[1].trim(), options.apiKey)) {
-      throw new ApiError(
-        401,
-        m
-          ? "Incorrect API key provided."
-          : "Missing API key: send it as `Authorization: Bearer <key>` (the server was started with --api-key).",
-        { code: "invalid_api_key" },
-      );
-    }
+    req.anemll = { started: performance.now(), log: {}, logged: false, client: "" };
   });
+  registerAccess(
+    app,
+    { apiKeys, allowedHosts: options.allowedHosts, corsOrigins: options.corsOrigins },
+    () => boundHost,
+  );
   app.addHook("onResponse", async (req, reply) => emitLog(req, reply.statusCode));
 
   app.setErrorHandler((err, req, reply) => {
@@ -202,6 +228,8 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
     async listen(o = {}) {
       const host = o.host ?? options.host ?? DEFAULT_HOST;
       const port = o.port ?? options.port ?? DEFAULT_PORT;
+      needsKey(host);
+      boundHost = host;
       try {
         await app.listen({ host, port });
       } catch (err) {
@@ -236,11 +264,4 @@ export async function createServer(options: ServerOptions): Promise<OpenAIServer
     },
   };
   return server;
-}
-
-/** Compares API keys in constant time (hashing first makes the lengths equal). */
-function sameSecret(given: string, expected: string): boolean {
-  const a = createHash("sha256").update(given).digest();
-  const b = createHash("sha256").update(expected).digest();
-  return timingSafeEqual(a, b);
 }

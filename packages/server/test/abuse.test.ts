@@ -1,12 +1,15 @@
 /**
  * The server under hostile input and load, on loopback: huge prompts, slow bodies, prompt
- * injection, invented tool calls, `__proto__` keys, forged log lines, a busy port, and shutting
- * down with requests in flight. Everything here ends in well under a minute.
+ * injection, invented tool calls, `__proto__` keys, forged log lines, a busy port, web pages that
+ * reach it by DNS rebinding or from another origin, wrong API keys, one client probing another's
+ * prompts through the prompt cache, and shutting down with requests in flight.
  */
+import { type IncomingHttpHeaders, request } from "node:http";
 import { connect } from "node:net";
 import { loadTokenizer, type Tokenizer } from "@anemll-qwen35/generate";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createServer, type OpenAIServer, type RequestLog } from "../src/index.js";
+import { createServer, type OpenAIServer, type RequestLog, ServerConfigError } from "../src/index.js";
 import { EosModel, FIXTURE, ScriptedModel } from "./helpers.js";
 
 // biome-ignore lint/suspicious/noExplicitAny: response bodies are inspected field by field
@@ -86,8 +89,9 @@ describe("big prompts", () => {
       port: 0,
       maxBodyBytes: 8_000_000,
       // at load average 40 on 2 cores, 5,000 characters took ~65 ms to encode and 1.5 MB took 3.9 s:
-      // the 4,200 characters below fit well within 1 s there, the 6 MB prompt (4x) is far over it anywhere
-      tokenize: { timeoutMs: 1000 },
+      // the 4,200 characters below fit well within 1 s there, the 6 MB prompt (4x) is far over it
+      // anywhere (both stretch alike with the machine's slowdown, and so does the limit)
+      tokenize: { timeoutMs: timeLimit(1000) },
     });
     const url = await s.listen();
     const r = await chat(url, "m", "word ".repeat(1_200_000));
@@ -116,7 +120,7 @@ describe("hostile requests", () => {
         { name: "inventor", model: inventor, tokenizer },
       ],
       port: 0,
-      requestTimeoutMs: 1000,
+      requestTimeoutMs: timeLimit(1000), // the trickled body below would take 200 s
       onRequestEnd: (l) => logs.push(l),
     });
     await server.listen();
@@ -210,13 +214,14 @@ describe("hostile requests", () => {
       sock.on("close", () => resolve(got));
       sock.on("error", reject);
       sock.write(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
       );
       const drip = setInterval(() => sock.writable && sock.write(" "), 200);
       sock.on("close", () => clearInterval(drip));
     });
+    // the timeout cut it off: trickled to the end, the body would take 200 s
     expect(reply).toMatch(/^HTTP\/1\.1 408/);
-    expect(performance.now() - started).toBeLessThan(5000);
+    expect(performance.now() - started).toBeLessThan(timeLimit(5000));
     expect((await chat(server.url!, "m", "hi")).status).toBe(200);
   });
 
@@ -231,10 +236,284 @@ describe("hostile requests", () => {
   });
 });
 
+/** One HTTP request to a server with headers as given (fetch would not send a forged Host). */
+function raw(
+  url: string,
+  path: string,
+  o: { method?: string; headers?: Record<string, string>; body?: unknown } = {},
+): Promise<{ status: number; headers: IncomingHttpHeaders; body: Json }> {
+  const { hostname, port } = new URL(url);
+  const body = o.body === undefined ? undefined : JSON.stringify(o.body);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: hostname,
+        port,
+        path,
+        method: o.method ?? (body ? "POST" : "GET"),
+        headers: { ...(body ? { "content-type": "application/json" } : {}), ...o.headers },
+      },
+      (res) => {
+        let text = "";
+        res.on("data", (d) => (text += d));
+        res.on("end", () => {
+          let parsed: Json = text;
+          try {
+            parsed = JSON.parse(text);
+          } catch {}
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: parsed });
+        });
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+const hi = (model = "m") => ({ model, max_tokens: 2, messages: [{ role: "user", content: "hi" }] });
+
+describe("who may call: Host, Origin, API keys", () => {
+  let server: OpenAIServer;
+  let url: string;
+  let model: EosModel;
+  beforeAll(async () => {
+    model = new EosModel(4096, tokenizer);
+    server = await createServer({
+      models: [{ name: "m", model, tokenizer }],
+      port: 0,
+      allowedHosts: ["models.lan"],
+      corsOrigins: ["http://localhost:5173"],
+    });
+    url = await server.listen();
+  });
+  afterAll(() => server.close());
+  const port = () => new URL(url).port;
+
+  it("refuses a web page that reaches the loopback server through DNS rebinding (Host: evil.example)", async () => {
+    const before = model.prompts.length;
+    for (const path of ["/v1/chat/completions", "/v1/models", "/health"]) {
+      const r = await raw(url, path, {
+        headers: { host: `evil.example:${port()}`, origin: `http://evil.example:${port()}` },
+        ...(path === "/v1/chat/completions" ? { body: hi() } : {}),
+      });
+      expect(r.status, path).toBe(403);
+      expect(r.body.error.code).toBe("host_not_allowed");
+      expect(r.body.error.message).toMatch(/DNS rebinding.*--allowed-host/);
+      expect(r.headers["access-control-allow-origin"]).toBeUndefined();
+    }
+    expect(model.prompts.length).toBe(before); // the model never ran
+    // loopback names, and the one allowed, are answered
+    for (const host of [
+      `localhost:${port()}`,
+      `127.0.0.1:${port()}`,
+      `[::1]:${port()}`,
+      "app.localhost",
+      "models.lan",
+    ]) {
+      expect((await raw(url, "/health", { headers: { host } })).status, host).toBe(200);
+    }
+  });
+
+  it("refuses a page from another origin, even with a good Host; no CORS headers for it", async () => {
+    const before = model.prompts.length;
+    for (const origin of ["http://evil.example", "null", "http://localhost:5174", "https://localhost:5173"]) {
+      const r = await raw(url, "/v1/chat/completions", { headers: { origin }, body: hi() });
+      expect(r.status, origin).toBe(403);
+      expect(r.body.error.code).toBe("origin_not_allowed");
+      expect(r.headers["access-control-allow-origin"]).toBeUndefined();
+      const pre = await raw(url, "/v1/chat/completions", {
+        method: "OPTIONS",
+        headers: { origin, "access-control-request-method": "POST" },
+      });
+      expect(pre.status, `preflight from ${origin}`).toBe(403);
+    }
+    expect(model.prompts.length).toBe(before);
+  });
+
+  it("answers an allowed origin with CORS headers: the preflight, JSON answers and streams", async () => {
+    const origin = "http://localhost:5173";
+    const pre = await raw(url, "/v1/chat/completions", {
+      method: "OPTIONS",
+      headers: {
+        origin,
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "authorization, content-type, x-stainless-os",
+      },
+    });
+    expect(pre.status).toBe(204);
+    expect(pre.headers).toMatchObject({
+      "access-control-allow-origin": origin,
+      "access-control-allow-methods": "GET, POST, OPTIONS",
+      "access-control-allow-headers": "authorization, content-type, x-stainless-os",
+    });
+    expect(Number(pre.headers["access-control-max-age"])).toBeGreaterThan(0);
+    const r = await raw(url, "/v1/chat/completions", { headers: { origin }, body: hi() });
+    expect(r.status).toBe(200);
+    expect(r.body.choices[0].finish_reason).toBe("stop");
+    expect(r.headers["access-control-allow-origin"]).toBe(origin);
+    expect(r.headers.vary).toMatch(/Origin/);
+    const stream = await raw(url, "/v1/chat/completions", {
+      headers: { origin },
+      body: { ...hi(), stream: true },
+    });
+    expect(stream.status).toBe(200);
+    expect(stream.headers["content-type"]).toMatch(/text\/event-stream/);
+    expect(stream.headers["access-control-allow-origin"]).toBe(origin);
+    // an error is readable by the page too
+    const missing = await raw(url, "/v1/chat/completions", { headers: { origin }, body: hi("nope") });
+    expect(missing.status).toBe(404);
+    expect(missing.headers["access-control-allow-origin"]).toBe(origin);
+  });
+
+  it("checks API keys in constant time: missing or wrong → 401, each key → 200, /health needs none", async () => {
+    await using s = await createServer({
+      models: [{ name: "m", model, tokenizer }],
+      port: 0,
+      apiKey: ["key-alice-0123456789", "key-bob-9876543210"],
+    });
+    const u = await s.listen();
+    const before = model.prompts.length;
+    for (const authorization of [
+      undefined,
+      "Bearer ",
+      "Bearer key-alice-012345678",
+      "Bearer key-alice-0123456789x",
+      "Basic key-bob-9876543210",
+      "key-bob-9876543210",
+    ]) {
+      const r = await raw(u, "/v1/chat/completions", {
+        headers: authorization ? { authorization } : {},
+        body: hi(),
+      });
+      expect(r.status, String(authorization)).toBe(401);
+      expect(r.body.error).toMatchObject({ code: "invalid_api_key", type: "authentication_error" });
+    }
+    expect(model.prompts.length).toBe(before);
+    for (const key of ["key-alice-0123456789", "key-bob-9876543210"]) {
+      const r = await raw(u, "/v1/chat/completions", {
+        headers: { authorization: `Bearer ${key}` },
+        body: hi(),
+      });
+      expect(r.status).toBe(200);
+    }
+    expect((await raw(u, "/health")).status).toBe(200);
+  });
+
+  it("refuses to listen beyond loopback without an API key, saying so", async () => {
+    const err = await createServer({
+      models: [{ name: "m", model, tokenizer }],
+      host: "0.0.0.0",
+      port: 0,
+    }).catch((e) => e);
+    expect(err).toBeInstanceOf(ServerConfigError);
+    expect(err.message).toMatch(
+      /listening on 0\.0\.0\.0 lets other machines in, so it needs an API key \(--api-key, or ANEMLL_API_KEY\)/,
+    );
+    await using local = await createServer({ models: [{ name: "m", model, tokenizer }], port: 0 });
+    await expect(local.listen({ host: "::" })).rejects.toThrow(/needs an API key/);
+    await using keyed = await createServer({
+      models: [{ name: "m", model, tokenizer }],
+      port: 0,
+      apiKey: "k",
+    });
+    const u = await keyed.listen({ host: "0.0.0.0" });
+    // beyond loopback any Host is answered (the key guards it), unless allowedHosts says otherwise
+    const r = await raw(u.replace("0.0.0.0", "127.0.0.1"), "/v1/models", {
+      headers: { host: "gpu-box.lan", authorization: "Bearer k" },
+    });
+    expect(r.status).toBe(200);
+    await using listed = await createServer({
+      models: [{ name: "m", model, tokenizer }],
+      port: 0,
+      apiKey: "k",
+      allowedHosts: ["models.lan"],
+    });
+    const l = (await listed.listen({ host: "0.0.0.0" })).replace("0.0.0.0", "127.0.0.1");
+    const asHost = async (host: string) =>
+      (await raw(l, "/v1/models", { headers: { host, authorization: "Bearer k" } })).status;
+    expect(await asHost("gpu-box.lan")).toBe(403);
+    expect(await asHost("models.lan")).toBe(200);
+    expect(await asHost("0.0.0.0")).toBe(200); // the address it listens on
+    expect(await asHost("localhost")).toBe(200);
+    for (const [o, why] of [
+      [{ apiKey: "" }, /must not be empty/],
+      [{ apiKey: "a b" }, /spaces/],
+      [{ apiKey: ["k", "k"] }, /twice/],
+      [{ allowedHosts: ["http://x.lan"] }, /allowed host "http:\/\/x.lan"/],
+      [{ allowedHosts: ["x.lan:8080"] }, /without a scheme, port or path/],
+      [{ corsOrigins: ["localhost:5173/app"] }, /CORS origin .* is not an origin/],
+    ] as const) {
+      await expect(createServer({ models: [{ name: "m", model, tokenizer }], ...o })).rejects.toThrow(why);
+    }
+  });
+});
+
+describe("the prompt cache across clients", () => {
+  const secret = "You are the assistant of ACME. The door code is 4711-0815. Never say it.";
+  /** A server with keys for alice and bob, and what each request restored from the cache. */
+  async function clients() {
+    const model = new EosModel(4096, tokenizer, { snapshots: true });
+    const s = await createServer({
+      models: [{ name: "m", model, tokenizer }],
+      port: 0,
+      apiKey: ["alice", "bob"],
+    });
+    const url = await s.listen();
+    const ask = async (key: string, system: string, question: string) => {
+      const restoresBefore = model.restores;
+      const r = await raw(url, "/v1/chat/completions", {
+        headers: { authorization: `Bearer ${key}` },
+        body: {
+          model: "m",
+          max_tokens: 1,
+          messages: [
+            { role: "system", content: system },
+            { role: "user", content: question },
+          ],
+        },
+      });
+      expect(r.status).toBe(200);
+      const restored = model.restores > restoresBefore;
+      return { cached: r.body.usage.prompt_tokens_details.cached_tokens as number, restored };
+    };
+    return { server: s, ask };
+  }
+  // bob guesses alice's system prompt, longer and longer, each guess twice (the second would hit a
+  // snapshot taken where his first left her prompt)
+  const guesses = [20, 40, 60, secret.length].flatMap((n) => [
+    [secret.slice(0, n), "Hello?"],
+    [secret.slice(0, n), "Hi?"],
+  ]);
+
+  it("never tells client B what client A's system prompt starts with (cached_tokens, or timing)", async () => {
+    const withAlice = await clients();
+    const alone = await clients();
+    try {
+      expect((await withAlice.ask("alice", secret, "What is ACME?")).cached).toBe(0);
+      // her exact system prompt with a question of his: nothing restored, no time saved
+      expect(await withAlice.ask("bob", secret, "Who are you?")).toEqual({ cached: 0, restored: false });
+      await alone.ask("bob", secret, "Who are you?");
+      // and all his guesses fare exactly as on a server where alice never spoke: what he gets back
+      // from the cache is his own earlier requests, nothing of hers
+      for (const [system, question] of guesses) {
+        const probe = await withAlice.ask("bob", system, question);
+        expect(probe, `${system.length} characters`).toEqual(await alone.ask("bob", system, question));
+      }
+      // alice's own next question restores her system turn
+      const again = await withAlice.ask("alice", secret, "Where is ACME?");
+      expect(again.restored).toBe(true);
+      expect(again.cached).toBeGreaterThan(20);
+    } finally {
+      await withAlice.server.close();
+      await alone.server.close();
+    }
+  });
+});
+
 describe("shutting down", () => {
   /** Waits until the server holds `n` requests (fixed sleeps lose the race on a loaded machine). */
   const untilInFlight = async (s: OpenAIServer, n: number) => {
-    const limit = performance.now() + 20_000;
+    const limit = performance.now() + timeLimit(20_000);
     while (s.inFlight < n) {
       if (performance.now() > limit) throw new Error(`the server never held ${n} request(s)`);
       await new Promise((r) => setTimeout(r, 10));
@@ -273,7 +552,7 @@ describe("shutting down", () => {
     await untilInFlight(s, 1);
     const started = performance.now();
     await s.close({ drainMs: 50 });
-    expect(performance.now() - started).toBeLessThan(2000);
+    expect(performance.now() - started).toBeLessThan(timeLimit(2000));
     const r = await running;
     expect(r.status).toBe(503);
     expect(r.body.error.message).toMatch(/shut down before this request finished/);

@@ -5,6 +5,7 @@ import { convert } from "@anemll-qwen35/converter";
 import {
   ContextOverflowError,
   ModelUnavailableError,
+  type StateSnapshot,
   type StepModel,
   type StepOptions,
   type StepOutput,
@@ -107,26 +108,58 @@ export class ScriptedModel implements StepModel {
   }
 }
 
-/** A model that answers EOS at once and records the prompt ids it is given: for what the server does around generation. */
+/**
+ * A model that answers EOS at once and records the prompt ids it is given: for what the server does
+ * around generation. With `snapshots`, it can snapshot and restore its (trivial) state, so the
+ * server's prompt cache works around it as around a real model.
+ */
 export class EosModel implements StepModel {
   readonly outputKind = "logits" as const;
   position = 0;
-  readonly prompts: number[][] = [];
+  readonly snapshots: boolean;
+  /** States restored from snapshots (prompt-cache hits). */
+  restores = 0;
+  /** The prefill calls: where each began and its ids (typed-array copies: cheap even for huge prompts). */
+  readonly prefills: { start: number; ids: Int32Array }[] = [];
   constructor(
     readonly contextLength: number,
     private readonly tokenizer: Tokenizer,
-  ) {}
+    o: { snapshots?: boolean } = {},
+  ) {
+    this.snapshots = o.snapshots ?? false;
+  }
+  /**
+   * The prompts prefilled, one per request: pieces that continue where the last one ended are
+   * joined; after a restore from a snapshot, only the part prefilled.
+   */
+  get prompts(): number[][] {
+    const out: number[][] = [];
+    let end = -1;
+    for (const p of this.prefills) {
+      if (p.start === end && p.start > 0) for (const id of p.ids) out[out.length - 1].push(id);
+      else out.push(Array.from(p.ids));
+      end = p.start + p.ids.length;
+    }
+    return out;
+  }
   reset(): void {
     this.position = 0;
   }
   async prefill(ids: Int32Array | number[]): Promise<StepOutput> {
-    this.prompts.push(Array.from(ids));
+    this.prefills.push({ start: this.position, ids: Int32Array.from(ids) });
     this.position += ids.length;
     return this.eos();
   }
   async decode(): Promise<StepOutput> {
     this.position++;
     return this.eos();
+  }
+  async snapshot(): Promise<StateSnapshot> {
+    return { position: this.position, bytes: 64, dispose() {} };
+  }
+  async restore(s: StateSnapshot): Promise<void> {
+    this.restores++;
+    this.position = s.position;
   }
   dispose(): void {}
   private eos(): StepOutput {

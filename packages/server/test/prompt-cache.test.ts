@@ -8,6 +8,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createServer, type OpenAIServer, type RequestLog, ServerConfigError } from "../src/index.js";
@@ -35,7 +36,7 @@ let without: OpenAI;
 const logs: RequestLog[] = [];
 
 const client = (url: string) =>
-  new OpenAI({ baseURL: `${url}/v1`, apiKey: "x", maxRetries: 0, timeout: 60_000 });
+  new OpenAI({ baseURL: `${url}/v1`, apiKey: "x", maxRetries: 0, timeout: timeLimit(60_000) });
 const ask = (model: string, question: string, tools = false) => ({
   model,
   messages: [
@@ -59,7 +60,7 @@ beforeAll(async () => {
   plain = await createServer({ models, port: 0, promptCache: false });
   withCache = client(await cached.listen());
   without = client(await plain.listen());
-}, 120_000);
+}, timeLimit(120_000));
 
 afterAll(async () => {
   await cached?.close();
@@ -108,22 +109,26 @@ describe("the prompt cache through the openai client", () => {
         const served = cached.models.find((m) => m.name === model);
         expect(served?.promptCache?.stats()).toMatchObject({ hits: 2, misses: 1 });
       },
-      120_000,
+      timeLimit(120_000),
     );
   }
 
-  it("serves raw completions that repeat a prompt", async () => {
-    const prompt = "The shop opens at nine and closes at six; on Sundays it stays closed.";
-    // MLX when it is here (fast); the chain otherwise
-    const body = { model: mlx.available ? "mlx" : "chain", prompt, max_tokens: 3, temperature: 0 };
-    const a = await withCache.completions.create(body);
-    const b = await withCache.completions.create(body);
-    const c = await without.completions.create(body);
-    expect(a.usage?.prompt_tokens_details?.cached_tokens).toBe(0);
-    expect(b.usage?.prompt_tokens_details?.cached_tokens).toBe((b.usage?.prompt_tokens ?? 0) - 1);
-    expect(b.choices[0].text).toBe(a.choices[0].text);
-    expect(b.choices[0].text).toBe(c.choices[0].text);
-  }, 60_000);
+  it(
+    "serves raw completions that repeat a prompt",
+    async () => {
+      const prompt = "The shop opens at nine and closes at six; on Sundays it stays closed.";
+      // MLX when it is here (fast); the chain otherwise
+      const body = { model: mlx.available ? "mlx" : "chain", prompt, max_tokens: 3, temperature: 0 };
+      const a = await withCache.completions.create(body);
+      const b = await withCache.completions.create(body);
+      const c = await without.completions.create(body);
+      expect(a.usage?.prompt_tokens_details?.cached_tokens).toBe(0);
+      expect(b.usage?.prompt_tokens_details?.cached_tokens).toBe((b.usage?.prompt_tokens ?? 0) - 1);
+      expect(b.choices[0].text).toBe(a.choices[0].text);
+      expect(b.choices[0].text).toBe(c.choices[0].text);
+    },
+    timeLimit(60_000),
+  );
 
   it("refuses a bad cache budget before opening any model", async () => {
     await expect(

@@ -47,4 +47,11 @@ describe("server README", () => {
     says(`for up to \`--drain\` seconds (default ${DEFAULT_DRAIN_MS / 1000})`);
     expect(readme).toMatch(/a second signal stops at once/);
   });
+
+  it("names the refusals the access checks answer with", () => {
+    const access = readFileSync(resolve(__dirname, "../src/access.ts"), "utf8");
+    for (const code of access.match(/code: "[a-z_]+"/g) ?? []) says(`\`${code.slice(7, -1)}\``);
+    expect(access).toMatch(/code: "host_not_allowed"/);
+    says("**Listening beyond loopback (`--host 0.0.0.0`, a LAN address) requires a key**");
+  });
 });

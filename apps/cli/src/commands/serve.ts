@@ -18,13 +18,7 @@ import type { Context } from "../context.js";
 import { addModelOptions, loadOptions, type ModelOptions } from "../model.js";
 import { bytes, int, num, UsageError } from "../options.js";
 
-/** Test seams: stop the server without a signal to the process, learn its URL. */
-export interface ServeHooks {
-  signal?: AbortSignal;
-  onListening?: (url: string) => void;
-}
-
-export function registerServe(program: Command, ctx: Context, hooks: ServeHooks = {}): void {
+export function registerServe(program: Command, ctx: Context): void {
   const cmd = program
     .command("serve")
     .description(
@@ -41,7 +35,21 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
     )
     .option("--host <host>", "address to listen on (127.0.0.1: this machine only)", DEFAULT_HOST)
     .option("--port <n>", "port (0: any free one)", int("--port", 0, 65535), DEFAULT_PORT)
-    .option("--api-key <key>", "require Authorization: Bearer <key> (default: $ANEMLL_QWEN35_API_KEY)")
+    .option(
+      "--api-key <key>",
+      "require Authorization: Bearer <key>; repeat for several clients, each with its own prompt cache (default: $ANEMLL_API_KEY, comma-separated); required beyond loopback",
+      (v: string, all: string[] = []) => [...all, v],
+    )
+    .option(
+      "--allowed-host <name>",
+      "a Host name to answer besides localhost, 127.0.0.1 and ::1 (repeatable; * for any); others get 403 (DNS rebinding)",
+      (v: string, all: string[] = []) => [...all, v],
+    )
+    .option(
+      "--cors-origin <origin>",
+      "a web origin (scheme://host[:port]) whose pages may call the server, with CORS (repeatable; * for any); other pages get 403",
+      (v: string, all: string[] = []) => [...all, v],
+    )
     .option("--queue <n>", "requests that may wait per model; more get 429", int("--queue", 0), DEFAULT_QUEUE)
     .option(
       "--max-body <size>",
@@ -102,17 +110,14 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
       out.notice(`rank ${stats.rank}: rank 0 stopped after ${stats.steps} step(s); done`);
       return;
     }
-    const apiKey: string | undefined = o.apiKey ?? (process.env.ANEMLL_QWEN35_API_KEY || undefined);
-    if (!isLoopback(o.host) && !apiKey) {
-      out.notice(
-        `warning: listening on ${o.host} without --api-key: anyone who can reach this port can use the models`,
-      );
-    }
+    const apiKeys: string[] = o.apiKey ?? envKeys(process.env.ANEMLL_API_KEY);
     const server = await createServer({
       models: sources,
       host: o.host,
       port: o.port,
-      apiKey,
+      apiKey: apiKeys,
+      allowedHosts: o.allowedHost,
+      corsOrigins: o.corsOrigin,
       queue: o.queue,
       maxBodyBytes: Math.round(o.maxBody),
       promptCache: o.promptCache === false ? false : { maxBytes: Math.round(o.promptCache) },
@@ -126,7 +131,6 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
     };
     process.on("SIGINT", onSignal);
     process.on("SIGTERM", onSignal);
-    hooks.signal?.addEventListener("abort", onSignal, { once: true });
     try {
       const url = await server.listen();
       out.result({
@@ -138,14 +142,14 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
           promptCacheBytes: m.promptCache?.maxBytes ?? 0,
         })),
       });
-      out.line(`serving the OpenAI API at ${url}/v1${apiKey ? " (API key required)" : ""}`);
+      const keys = apiKeys.length === 1 ? "API key required" : `${apiKeys.length} API keys, one per client`;
+      out.line(`serving the OpenAI API at ${url}/v1${apiKeys.length > 0 ? ` (${keys})` : ""}`);
       for (const m of server.models) {
         out.line(
           `  ${m.name} · ${m.backend} · context ${m.model.contextLength} tokens · queue ${m.queue.capacity} · ${cacheText(m.promptCache?.maxBytes)}`,
         );
       }
       out.notice("Ctrl-C to stop");
-      hooks.onListening?.(url);
       if (!stop.signal.aborted) {
         await new Promise<void>((resolve) =>
           stop.signal.addEventListener("abort", () => resolve(), { once: true }),
@@ -161,13 +165,15 @@ export function registerServe(program: Command, ctx: Context, hooks: ServeHooks 
       await server.close({ drainMs: o.drain * 1000 });
       process.removeListener("SIGINT", onSignal);
       process.removeListener("SIGTERM", onSignal);
-      hooks.signal?.removeEventListener("abort", onSignal);
     }
   });
 }
 
 interface ServeOptions extends ModelOptions, SplitOptions {
   model?: string[];
+  apiKey?: string[];
+  allowedHost?: string[];
+  corsOrigin?: string[];
   promptCache?: number | false;
   drain?: number;
   modelName?: string;
@@ -270,8 +276,12 @@ function layerCounts(v: string): number[] {
   return counts;
 }
 
-function isLoopback(host: string): boolean {
-  return host === "localhost" || host === "::1" || /^127\./.test(host);
+/** `$ANEMLL_API_KEY`: one key, or several separated by commas. */
+function envKeys(v: string | undefined): string[] {
+  return (v ?? "")
+    .split(",")
+    .map((k) => k.trim())
+    .filter((k) => k !== "");
 }
 
 function logLine(l: RequestLog): string {

@@ -95,7 +95,7 @@ beforeAll(async () => {
     makePackage: pkg("made_by_coremltools"),
   });
   oracle = result as Availability & OracleAnswer;
-}, 120_000);
+});
 
 function randomFor(dtype: MilDType, n: number, seed: number): MilData {
   switch (dtype) {

@@ -37,7 +37,7 @@ export function registerChatCompletions(app: FastifyInstance, ctx: RouteContext)
           sampling: plan.sampling,
           stop: plan.stop,
           signal: t.signal,
-          ...cacheOptions(served, plan),
+          ...cacheOptions(t, plan),
           onChunk: (c) => {
             const delta = chat.push(c);
             if (delta) send(delta);

@@ -27,7 +27,7 @@ export function registerCompletions(app: FastifyInstance, ctx: RouteContext): vo
           sampling: plan.sampling,
           stop: plan.stop,
           signal: t.signal,
-          ...cacheOptions(served, plan),
+          ...cacheOptions(t, plan),
           onToken: sse
             ? (tokenId) => {
                 const text = raw.push(tokenId);

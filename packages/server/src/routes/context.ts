@@ -11,6 +11,8 @@ export interface RequestState {
   turn?: { start: number; end?: number };
   log: Partial<RequestLog>;
   logged: boolean;
+  /** Who sent it: its API key's partition of the prompt cache ("" without keys; see access.ts). */
+  client: string;
 }
 
 declare module "fastify" {

@@ -33,6 +33,8 @@ export interface Turn {
   /** Throws the 503 when the generation was cut short by the end of the server's drain time. */
   readonly checkShutdown: () => void;
   readonly log: Partial<RequestLog>;
+  /** The client's identity (its prompt-cache partition). */
+  readonly client: string;
 }
 
 /** OpenAI's usage object for a finished generation (cached_tokens: restored from the prompt cache). */
@@ -45,9 +47,12 @@ export function usage(r: GenerationResult) {
   };
 }
 
-/** The generate() options that use the model's prompt cache for this plan. */
-export function cacheOptions(served: ServedModel, plan: GenerationPlan) {
-  return { promptCache: served.promptCache, cacheCheckpoints: plan.cacheCheckpoints };
+/**
+ * The generate() options that use the model's prompt cache for this plan: the partition of the
+ * request's client, so that no client's prompts show through another's cached_tokens or timing.
+ */
+export function cacheOptions(t: Turn, plan: GenerationPlan) {
+  return { promptCache: t.served.promptCache?.partition(t.client), cacheCheckpoints: plan.cacheCheckpoints };
 }
 
 /** What the request log keeps of a finished generation. */
@@ -129,6 +134,7 @@ export async function runTurn(
         throw shuttingDown("the server shut down before this request finished");
     },
     log,
+    client: req.anemll.client,
   };
 
   try {
