@@ -1,12 +1,12 @@
 /**
  * The converter's output does not change unless it is meant to: every case of
- * fixtures/digest-cases.ts is converted with the code of today and compared with
- * fixtures/digests.json, recorded by the code before (record-digests.ts; rerun it only to accept a
+ * digests/cases.ts is converted with the code of today and compared with
+ * digests/digests.json, recorded by the code before (digests/record.ts; rerun it only to accept a
  * deliberate change). A package's digest covers its model.mlmodel and weight files byte for byte.
  */
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { DIGEST_CASES, DIGESTS_FILE, type DigestRecord, recordCase } from "./fixtures/digest-cases.js";
+import { DIGEST_CASES, DIGESTS_FILE, type DigestRecord, recordCase } from "./digests/cases.js";
 
 const recorded = JSON.parse(readFileSync(DIGESTS_FILE, "utf8")) as {
   recordedAt: string;
