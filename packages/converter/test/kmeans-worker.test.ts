@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { workerExecArgv } from "../src/kmeans-pool.js";
+import { workerExecArgv } from "../src/quant/kmeans-pool.js";
 
 const pkg = resolve(__dirname, "..");
 const work = mkdtempSync(join(tmpdir(), "kmeans-worker-"));

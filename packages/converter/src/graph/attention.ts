@@ -148,6 +148,36 @@ function attend(
 }
 
 /**
+ * One attention layer's sizes and its projections, as the decode step and the prefill chunk
+ * (prefill-attention.ts) both read them: `project` applies q_proj, k_proj or v_proj to x as a
+ * 1×1 conv ([1, rows, 1, T]).
+ */
+export interface AttentionLayerSetup {
+  readonly layer: number;
+  readonly H: number;
+  readonly Hkv: number;
+  readonly hd: number;
+  /** Query heads per KV head. */
+  readonly G: number;
+  project(name: "q_proj" | "k_proj" | "v_proj", as: string): Promise<MilVar>;
+}
+
+export function attentionSetup(w: GraphWeights, layer: number, x: MilVar): AttentionLayerSetup {
+  const cfg = w.source.config;
+  const H = cfg.numAttentionHeads;
+  const Hkv = cfg.numKeyValueHeads;
+  const prefix = `layers.${layer}.self_attn.`;
+  return {
+    layer,
+    H,
+    Hkv,
+    hd: cfg.headDim,
+    G: H / Hkv,
+    project: async (name, as) => conv1x1(w.b, x, await w.conv1x1Weight(`${prefix}${name}.weight`), as),
+  };
+}
+
+/**
  * Per-head zero-centred RMSNorm over hd (q_norm, k_norm), then partial RoPE: q [1, H, T, hd] and
  * k [1, Hkv, T, hd] with rope rows [1, 1, T, rot/2] (T = 1 for decode).
  */
@@ -190,16 +220,15 @@ export async function attentionLayer(
   form: AttentionCore,
 ): Promise<AttentionStep> {
   const b = w.b;
-  const cfg = w.source.config;
-  const H = cfg.numAttentionHeads;
-  const Hkv = cfg.numKeyValueHeads;
-  const hd = cfg.headDim;
-  const G = H / Hkv; // query heads per KV head
-  const p = `layers.${layer}.self_attn.`;
+  const a = attentionSetup(w, layer, x);
+  const { H, Hkv, hd, G } = a;
 
   // q_proj: per head [q_h | gate_h]
-  const qg = conv1x1(b, x, await w.conv1x1Weight(`${p}q_proj.weight`), "qg"); // [1, 2·H·hd, 1, 1]
-  const qgHeads = b.reshape({ x: qg, shape: [1, H, 1, 2 * hd], name: "qg_heads" });
+  const qgHeads = b.reshape({
+    x: await a.project("q_proj", "qg"),
+    shape: [1, H, 1, 2 * hd],
+    name: "qg_heads",
+  });
   const qRaw = b.sliceByIndex({ x: qgHeads, begin: [0, 0, 0, 0], end: [1, H, 1, hd], name: "q_raw" }); // [1, H, 1, hd]
   const gate = b.sliceByIndex({
     x: qgHeads,
@@ -207,16 +236,10 @@ export async function attentionLayer(
     end: [1, H, 1, 2 * hd],
     name: "gate",
   }); // [1, H, 1, hd]
-  const kRaw = b.reshape({
-    x: conv1x1(b, x, await w.conv1x1Weight(`${p}k_proj.weight`), "k_proj"),
-    shape: [1, Hkv, 1, hd],
-    name: "k_raw",
-  });
-  const vNew = b.reshape({
-    x: conv1x1(b, x, await w.conv1x1Weight(`${p}v_proj.weight`), "v_proj"),
-    shape: [1, Hkv, 1, hd],
-    name: "v_new",
-  });
+  const heads = async (name: "k_proj" | "v_proj", as: string) =>
+    b.reshape({ x: await a.project(name, name), shape: [1, Hkv, 1, hd], name: as });
+  const kRaw = await heads("k_proj", "k_raw");
+  const vNew = await heads("v_proj", "v_new");
 
   const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, rope);
 

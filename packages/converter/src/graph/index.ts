@@ -1,4 +1,13 @@
 /** Qwen3.5 → MIL graph builders for the ANE decode chain (embed · super-blocks · lm_head). */
+
+export {
+  type BuildOptions,
+  type ComponentSpec,
+  DEFAULT_LM_HEAD_MAX_ROWS,
+  type ResolvedOptions,
+  resolveBuildOptions,
+} from "../options.js";
+export { type EncodedWeight, rowsFloat32 } from "../quant/encode.js";
 export * from "./ane.js";
 export {
   ATTENTION_CORES,
@@ -21,7 +30,6 @@ export {
   PREFILL_FUNCTION,
 } from "./component.js";
 export { buildEmbed } from "./embed.js";
-export { AneLimitError, GraphOptionError, UnsupportedModelError } from "./errors.js";
 export { type GdnStateIn, type GdnStep, gdnLayer } from "./gdn.js";
 export {
   DEFAULT_WY_CHUNK,
@@ -35,32 +43,20 @@ export { checkAneLimits } from "./limits.js";
 export { buildLmHead } from "./lm-head.js";
 export { mlp } from "./mlp.js";
 export { rmsNorm1p, zeroCentredGain } from "./norms.js";
-export {
-  type BuildOptions,
-  type ComponentSpec,
-  DEFAULT_LM_HEAD_MAX_ROWS,
-  type ResolvedOptions,
-  resolveOptions,
-} from "./options.js";
 export { attentionChunkLayer } from "./prefill-attention.js";
-export * from "./quant.js";
+export { buildSuperblocks, decoderLayer, superblock } from "./superblock.js";
 export {
-  buildSuperblocks,
-  decoderLayer,
   type PrefillShape,
   ropeInputs,
   type StepInputs,
   type StepOutputs,
-  superblock,
-} from "./superblock.js";
+  SuperblockIO,
+} from "./superblock-io.js";
 export {
-  type EncodedWeight,
   type EncodedWeightStore,
   GraphWeights,
   type GraphWeightsOptions,
   milName,
-  rowsFloat32,
-  WeightEncodingError,
   type WeightEncodingReport,
   type WeightSource,
 } from "./weights.js";

@@ -6,10 +6,11 @@
  * rows returned for the KV cache (io) or the state write (mlstate).
  */
 import type { MilBuilder, MilVar } from "@anemll-qwen35/ir/mil";
-import { conv1x1, scalar } from "./ane.js";
+import { scalar } from "./ane.js";
 import {
   type AttentionForm,
   type AttentionStep,
+  attentionSetup,
   gatedOutput,
   type KvCache,
   normAndRope,
@@ -77,29 +78,28 @@ export async function attentionChunkLayer(
   form: AttentionForm,
 ): Promise<AttentionStep> {
   const b = w.b;
-  const cfg = w.source.config;
-  const H = cfg.numAttentionHeads;
-  const Hkv = cfg.numKeyValueHeads;
-  const hd = cfg.headDim;
-  const G = H / Hkv;
+  const a = attentionSetup(w, layer, x);
+  const { H, Hkv, hd, G } = a;
   const T = x.shape[3];
-  const p = `layers.${layer}.self_attn.`;
-  /** [1, n·d, 1, T] → [1, n, T, d] */
-  const rows = (t: MilVar, n: number, d: number, name: string) =>
-    b.transpose({
-      x: b.reshape({ x: t, shape: [1, n, d, T], name: `${name}_hd` }),
-      perm: [0, 1, 3, 2],
-      name,
-    });
 
   // q_proj: per head [q_h | gate_h] along the channels
-  const qg = conv1x1(b, x, await w.conv1x1Weight(`${p}q_proj.weight`), "qg"); // [1, 2·H·hd, 1, T]
-  const qgHeads = b.reshape({ x: qg, shape: [1, H, 2 * hd, T], name: "qg_heads" });
+  const qgHeads = b.reshape({
+    x: await a.project("q_proj", "qg"),
+    shape: [1, H, 2 * hd, T],
+    name: "qg_heads",
+  });
   const qCols = b.sliceByIndex({ x: qgHeads, begin: [0, 0, 0, 0], end: [1, H, hd, T], name: "q_cols" });
   const gate = b.sliceByIndex({ x: qgHeads, begin: [0, 0, hd, 0], end: [1, H, 2 * hd, T], name: "gate" }); // [1, H, hd, T]
   const qRaw = b.transpose({ x: qCols, perm: [0, 1, 3, 2], name: "q_raw" }); // [1, H, T, hd]
-  const kRaw = rows(conv1x1(b, x, await w.conv1x1Weight(`${p}k_proj.weight`), "k_proj"), Hkv, hd, "k_raw");
-  const vNew = rows(conv1x1(b, x, await w.conv1x1Weight(`${p}v_proj.weight`), "v_proj"), Hkv, hd, "v_new");
+  /** [1, Hkv·hd, 1, T] → [1, Hkv, T, hd] */
+  const rows = async (name: "k_proj" | "v_proj", as: string) =>
+    b.transpose({
+      x: b.reshape({ x: await a.project(name, name), shape: [1, Hkv, hd, T], name: `${as}_hd` }),
+      perm: [0, 1, 3, 2],
+      name: as,
+    });
+  const kRaw = await rows("k_proj", "k_raw");
+  const vNew = await rows("v_proj", "v_new");
 
   const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, rope);
 
