@@ -32,9 +32,11 @@ import {
   type WeightQuant,
 } from "./quant/policy.js";
 
-/** The context lengths converted chains support. */
+/** The shortest context a converted chain supports … */
 export const MIN_CTX = 128;
+/** … and the longest. */
 export const MAX_CTX = 4096;
+/** The context a conversion gets when none is asked for. */
 export const DEFAULT_CTX = 256;
 /** Tokens per prefill call (ANEMLL's batch; costplan: notes/prefill-gdn-forms.md). */
 export const DEFAULT_PREFILL_BATCH = 64;

@@ -97,18 +97,12 @@ export interface AttentionStep {
 }
 
 /**
- * q [1, Hkv, G, hd] (G query heads per KV head), mask [1, 1, 1, ctx + 1] (the cache rows, then
- * this token) → [1, Hkv, G, hd], in the chosen form.
+ * q [1, Hkv, G, hd] (G query heads per KV head) against the cache and this token's k/v
+ * (`fresh`, [1, Hkv, 1, hd]), mask [1, 1, 1, ctx + 1] (the cache rows, then this token) →
+ * [1, Hkv, G, hd], in the chosen form.
  */
-function attend(
-  b: MilBuilder,
-  form: AttentionCore,
-  q: MilVar,
-  cache: KvCache,
-  kNew: MilVar,
-  vNew: MilVar,
-  mask: MilVar,
-): MilVar {
+function attend(b: MilBuilder, q: MilVar, fresh: KvCache, { form, cache, mask }: AttentionInputs): MilVar {
+  const { k: kNew, v: vNew } = fresh;
   const joined = () => ({
     keys: b.concat({ values: [cache.k, kNew], axis: 2, name: "keys" }), // [1, Hkv, ctx+1, hd]
     values: b.concat({ values: [cache.v, vNew], axis: 2, name: "values" }),
@@ -209,15 +203,20 @@ export async function gatedOutput(w: GraphWeights, layer: number, o: MilVar, gat
   return conv1x1(b, gated, await w.conv1x1Weight(`layers.${layer}.self_attn.o_proj.weight`), "out");
 }
 
+/** What an attention layer reads besides x: this step's RoPE rows and mask, its KV cache, the core's form. */
+export interface AttentionInputs {
+  readonly rope: RopeRow;
+  readonly mask: MilVar;
+  readonly cache: KvCache;
+  readonly form: AttentionCore;
+}
+
 /** x [1, D, 1, 1] (already input-normed), mask [1, 1, 1, ctx + 1] → the mixer output and this token's k/v. */
 export async function attentionLayer(
   w: GraphWeights,
   layer: number,
   x: MilVar,
-  rope: RopeRow,
-  mask: MilVar,
-  cache: KvCache,
-  form: AttentionCore,
+  at: AttentionInputs,
 ): Promise<AttentionStep> {
   const b = w.b;
   const a = attentionSetup(w, layer, x);
@@ -241,11 +240,11 @@ export async function attentionLayer(
   const kRaw = await heads("k_proj", "k_raw");
   const vNew = await heads("v_proj", "v_new");
 
-  const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, rope);
+  const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, at.rope);
 
   // GQA without expanding K/V: query heads j·G .. j·G+G-1 are the G query rows of KV head j
   const qGroups = b.reshape({ x: q, shape: [1, Hkv, G, hd], name: "q_groups" });
-  const o = attend(b, form, qGroups, cache, kNew, vNew, mask); // [1, Hkv, G, hd]
+  const o = attend(b, qGroups, { k: kNew, v: vNew }, at); // [1, Hkv, G, hd]
   const oFlat = b.reshape({ x: o, shape: [1, H * hd, 1, 1], name: "o" });
   const gateFlat = b.reshape({ x: gate, shape: [1, H * hd, 1, 1], name: "gate_flat" });
   const out = await gatedOutput(w, layer, oFlat, gateFlat); // [1, D, 1, 1]

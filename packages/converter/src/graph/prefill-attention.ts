@@ -8,29 +8,28 @@
 import type { MilBuilder, MilVar } from "@anemll-qwen35/ir/mil";
 import { scalar } from "./ane.js";
 import {
-  type AttentionForm,
+  type AttentionInputs,
   type AttentionStep,
   attentionSetup,
   gatedOutput,
   type KvCache,
   normAndRope,
-  type RopeRow,
 } from "./attention.js";
 import type { GraphWeights } from "./weights.js";
 
 /**
- * q [1, Hkv, G·T, hd] (row g·T + t: query head j·G + g at chunk token t), mask [1, 1, T, ctx + T]
- * (the cache rows, then the chunk's) → [1, Hkv, G·T, hd].
+ * q [1, Hkv, G·T, hd] (row g·T + t: query head j·G + g at chunk token t) against the cache and
+ * the chunk's k/v (`fresh`, [1, Hkv, T, hd]), mask [1, 1, T, ctx + T] (the cache rows, then the
+ * chunk's) → [1, Hkv, G·T, hd]. The bench-only "matmul-joined" core has no chunk form: its
+ * prefill is the matmul form's.
  */
 function attendChunk(
   b: MilBuilder,
-  form: AttentionForm,
   q: MilVar,
-  cache: KvCache,
-  kNew: MilVar,
-  vNew: MilVar,
-  mask: MilVar,
+  fresh: KvCache,
+  { form, cache, mask }: AttentionInputs,
 ): MilVar {
+  const { k: kNew, v: vNew } = fresh;
   const [, Hkv, GT, hd] = q.shape;
   const T = kNew.shape[2];
   const G = GT / T;
@@ -67,20 +66,20 @@ function attendChunk(
   return b.add({ x: oCache, y: oNew, name: "attn" });
 }
 
-/** x [1, D, 1, T] (already input-normed) → the mixer output [1, D, 1, T] and the chunk's k/v rows [1, Hkv, T, hd]. */
+/**
+ * x [1, D, 1, T] (already input-normed), mask [1, 1, T, ctx + T] → the mixer output [1, D, 1, T]
+ * and the chunk's k/v rows [1, Hkv, T, hd].
+ */
 export async function attentionChunkLayer(
   w: GraphWeights,
   layer: number,
   x: MilVar,
-  rope: RopeRow,
-  mask: MilVar,
-  cache: KvCache,
-  form: AttentionForm,
+  at: AttentionInputs,
 ): Promise<AttentionStep> {
+  const T = x.shape[3];
   const b = w.b;
   const a = attentionSetup(w, layer, x);
   const { H, Hkv, hd, G } = a;
-  const T = x.shape[3];
 
   // q_proj: per head [q_h | gate_h] along the channels
   const qgHeads = b.reshape({
@@ -101,10 +100,10 @@ export async function attentionChunkLayer(
   const kRaw = await rows("k_proj", "k_raw");
   const vNew = await rows("v_proj", "v_new");
 
-  const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, rope);
+  const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, at.rope);
 
   const qGroups = b.reshape({ x: q, shape: [1, Hkv, G * T, hd], name: "q_groups" });
-  const o = attendChunk(b, form, qGroups, cache, kNew, vNew, mask); // [1, Hkv, G·T, hd]
+  const o = attendChunk(b, qGroups, { k: kNew, v: vNew }, at); // [1, Hkv, G·T, hd]
   const oHeads = b.reshape({ x: o, shape: [1, H, T, hd], name: "o_heads" });
   const oFlat = b.reshape({
     x: b.transpose({ x: oHeads, perm: [0, 1, 3, 2], name: "o_hd" }),

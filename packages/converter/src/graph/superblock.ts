@@ -58,14 +58,9 @@ async function mixer(
     outputs.gdn.set(layer, step);
     return step.out;
   }
-  const kv = inputs.kv.get(layer) as KvCache;
-  const form = inputs.attention;
-  // the bench-only joined form has no prefill variant: its prefill is the matmul form's
-  const chunkForm = form === "matmul-joined" ? "matmul" : form;
+  const attention = { rope, mask, cache: inputs.kv.get(layer) as KvCache, form: inputs.attention };
   const step = await w.b.scope("attn", () =>
-    chunk
-      ? attentionChunkLayer(w, layer, x, rope, mask, kv, chunkForm)
-      : attentionLayer(w, layer, x, rope, mask, kv, form),
+    chunk ? attentionChunkLayer(w, layer, x, attention) : attentionLayer(w, layer, x, attention),
   );
   outputs.attention.set(layer, step);
   return step.out;
