@@ -131,47 +131,9 @@ export class SuperblockIO {
       form: prefill.gdnForm,
       wyChunk: prefill.wyChunk,
     };
-    const gdn = new Map<number, GdnStateIn>();
-    for (const L of layers.filter((l) => cfg.layerTypes[l] === "linear_attention")) {
-      const conv = input({
-        name: `gdn${L}_conv`,
-        dtype: dt,
-        shape: this.shapes.conv,
-        role: { kind: "gdn_conv_in", layer: L },
-      });
-      const rec = input({
-        name: `gdn${L}_rec`,
-        dtype: dt,
-        shape: this.shapes.rec,
-        role: { kind: "gdn_rec_in", layer: L, scale: GDN_V_SCALE },
-      });
-      gdn.set(L, { conv, rec });
-    }
-    const kv = new Map<number, KvCache>();
-    const cacheShape = [1, Hkv, o.ctx, hd];
-    if (o.state === "io") {
-      for (const L of this.attnLayers) {
-        const [k, v] = KV_PARTS.map((part) =>
-          input({
-            name: `kv${L}_${part}`,
-            dtype: dt,
-            shape: cacheShape,
-            role: { kind: "kv_cache", layer: L, part },
-          }),
-        );
-        kv.set(L, { k, v });
-      }
-    } else {
-      this.kvState = this.declareKvState(cfg);
-      const n = this.attnLayers.length;
-      const { read } = this.kvState;
-      const rowsOf = (row: number, name: string) => {
-        const x = b.sliceByIndex({ x: read, begin: [row, 0, 0, 0], end: [row + 1, Hkv, o.ctx, hd], name });
-        return dt === "fp16" ? x : b.cast({ x, dtype: "fp32", name: `${name}_f32` }); // fp32 graphs
-      };
-      for (const [i, L] of this.attnLayers.entries())
-        kv.set(L, { k: rowsOf(i, `kv${L}_k_rows`), v: rowsOf(n + i, `kv${L}_v_rows`) });
-    }
+    const gdn = this.declareGdnStates(cfg);
+    if (o.state === "mlstate") this.kvState = this.declareKvState(cfg);
+    const kv = this.declareKvCaches(cfg);
     this.step = {
       rope,
       mask,
@@ -181,6 +143,59 @@ export class SuperblockIO {
       mlpMaxChannels: o.mlpMaxChannels,
       chunk,
     };
+  }
+
+  /** Each GDN layer's conv window and recurrent state, in and out of the step. */
+  private declareGdnStates(cfg: Qwen35Config): Map<number, GdnStateIn> {
+    const dt = this.o.dtype;
+    const gdn = new Map<number, GdnStateIn>();
+    for (const L of this.layers.filter((l) => cfg.layerTypes[l] === "linear_attention")) {
+      const conv = this.input({
+        name: `gdn${L}_conv`,
+        dtype: dt,
+        shape: this.shapes.conv,
+        role: { kind: "gdn_conv_in", layer: L },
+      });
+      const rec = this.input({
+        name: `gdn${L}_rec`,
+        dtype: dt,
+        shape: this.shapes.rec,
+        role: { kind: "gdn_rec_in", layer: L, scale: GDN_V_SCALE },
+      });
+      gdn.set(L, { conv, rec });
+    }
+    return gdn;
+  }
+
+  /** Each attention layer's cached K and V: the host's caches (io) or its rows of the KV state (mlstate). */
+  private declareKvCaches(cfg: Qwen35Config): Map<number, KvCache> {
+    const { b, o } = this;
+    const dt = o.dtype;
+    const { numKeyValueHeads: Hkv, headDim: hd } = cfg;
+    const kv = new Map<number, KvCache>();
+    if (!this.kvState) {
+      for (const L of this.attnLayers) {
+        const [k, v] = KV_PARTS.map((part) =>
+          this.input({
+            name: `kv${L}_${part}`,
+            dtype: dt,
+            shape: [1, Hkv, o.ctx, hd],
+            role: { kind: "kv_cache", layer: L, part },
+          }),
+        );
+        kv.set(L, { k, v });
+      }
+      return kv;
+    }
+    const n = this.attnLayers.length;
+    const { read } = this.kvState;
+    const rowsOf = (row: number, name: string) => {
+      const x = b.sliceByIndex({ x: read, begin: [row, 0, 0, 0], end: [row + 1, Hkv, o.ctx, hd], name });
+      return dt === "fp16" ? x : b.cast({ x, dtype: "fp32", name: `${name}_f32` }); // fp32 graphs
+    };
+    for (const [i, L] of this.attnLayers.entries())
+      kv.set(L, { k: rowsOf(i, `kv${L}_k_rows`), v: rowsOf(n + i, `kv${L}_v_rows`) });
+    return kv;
   }
 
   private input(t: IoTensor): MilVar {

@@ -11,7 +11,7 @@ import { bf16BitsToF32, f16BitsToF32, fromFloat32, type Tensor, toFloat32 } from
 import { dequantizeInt8, quantizeInt8 } from "./int8.js";
 import type { KmeansPool } from "./kmeans-pool.js";
 import { palettize, type ReconstructionError, reconstructionErrorOf } from "./palettize.js";
-import type { PlannedTensor } from "./plan.js";
+import type { PlannedTensor, TensorEncoding } from "./plan.js";
 
 /** One weight encoded for the graph: the constant data of its op, its shape and its error. */
 export type EncodedWeight = {
@@ -77,6 +77,30 @@ type StoredRows = Float32Array | { readonly dtype: "bf16" | "f16"; readonly data
 const asFloat32 = (rows: StoredRows) =>
   rows instanceof Float32Array ? rows : toFloat32(rows.dtype, rows.data);
 
+/** Rows r of t in chunks of about chunkElements values, `align` rows at a time: as stored (bf16/fp16) or as fp32. */
+async function forEachChunk(
+  t: Tensor,
+  r: RowRange,
+  o: EncodeOptions,
+  align: number,
+  each: (first: number, count: number, values: StoredRows) => Promise<void> | void,
+): Promise<void> {
+  const rows = r.end - r.start;
+  const cols = r.tail.reduce((a, b) => a * b, 1);
+  const stored16 = t.dtype === "bf16" || t.dtype === "f16";
+  const budget = o.chunkElements ?? CHUNK_ELEMENTS;
+  const step = Math.max(align, Math.floor(budget / cols / align) * align);
+  for (let i = 0; i < rows; i += step) {
+    o.signal?.throwIfAborted();
+    const count = Math.min(step, rows - i);
+    const a = (r.start + i) * cols;
+    const values: StoredRows = stored16
+      ? { dtype: t.dtype as "bf16" | "f16", data: (t.data as Uint16Array).subarray(a, a + count * cols) }
+      : rowsFloat32(t, r.start + i, r.start + i + count);
+    await each(i, count, values);
+  }
+}
+
 /** Encodes rows `r` of `t` as `tensor`'s plan says (no graph op yet). */
 export async function encodeWeight(
   t: Tensor,
@@ -84,88 +108,95 @@ export async function encodeWeight(
   tensor: PlannedTensor,
   o: EncodeOptions,
 ): Promise<EncodedWeight> {
+  const e = tensor.encoding;
+  if (e.kind === "lut") return encodeLut(t, r, e, o);
+  if (e.kind === "int8") return encodeInt8(t, r, e, o);
+  return encodePlain(t, r, o);
+}
+
+/** k-means LUT, group by group (palettize.ts). */
+async function encodeLut(
+  t: Tensor,
+  r: RowRange,
+  e: Extract<TensorEncoding, { kind: "lut" }>,
+  o: EncodeOptions,
+): Promise<EncodedWeight> {
   const rows = r.end - r.start;
   const cols = r.tail.reduce((a, b) => a * b, 1);
-  const shape = [rows, ...r.tail];
-  const stored16 = t.dtype === "bf16" || t.dtype === "f16";
-  /** Calls `each` over row chunks of about chunkElements values, `align` rows at a time. */
-  const chunks = async (
-    align: number,
-    each: (first: number, count: number, values: StoredRows) => Promise<void> | void,
-  ) => {
-    const budget = o.chunkElements ?? CHUNK_ELEMENTS;
-    const step = Math.max(align, Math.floor(budget / cols / align) * align);
-    for (let i = 0; i < rows; i += step) {
-      o.signal?.throwIfAborted();
-      const count = Math.min(step, rows - i);
-      const a = (r.start + i) * cols;
-      const values: StoredRows = stored16
-        ? { dtype: t.dtype as "bf16" | "f16", data: (t.data as Uint16Array).subarray(a, a + count * cols) }
-        : rowsFloat32(t, r.start + i, r.start + i + count);
-      await each(i, count, values);
-    }
-  };
-  const e = tensor.encoding;
-  if (e.kind === "lut") {
-    // a group must divide the output channels: tiny projections (Hv rows) get gcd(rows, group)
-    const groupSize = e.perTensor ? rows : gcd(rows, e.groupSize);
-    const k = 2 ** e.bits;
-    const groups = rows / groupSize;
-    const indices = new Uint8Array(rows * cols);
-    const lut = new Uint16Array(groups * k);
-    const groupErrors = new Float64Array(groups * 3);
-    let lutShape: readonly number[] = [];
-    await chunks(groupSize, async (first, count, values) => {
-      const p = await palettize(values, [count, ...r.tail], {
-        bits: e.bits,
-        groupSize,
-        workers: o.workers,
-        pool: o.pool,
-        signal: o.signal,
-      });
-      indices.set(p.indices, first * cols);
-      lut.set(p.lut, (first / groupSize) * k);
-      groupErrors.set(p.groupErrors, (first / groupSize) * 3);
-      lutShape = [groups, ...p.lutShape.slice(1)];
-    });
-    return {
-      kind: "lut",
-      shape,
-      indices,
-      lut,
-      lutShape,
+  // a group must divide the output channels: tiny projections (Hv rows) get gcd(rows, group)
+  const groupSize = e.perTensor ? rows : gcd(rows, e.groupSize);
+  const k = 2 ** e.bits;
+  const groups = rows / groupSize;
+  const indices = new Uint8Array(rows * cols);
+  const lut = new Uint16Array(groups * k);
+  const groupErrors = new Float64Array(groups * 3);
+  let lutShape: readonly number[] = [];
+  await forEachChunk(t, r, o, groupSize, async (first, count, values) => {
+    const p = await palettize(values, [count, ...r.tail], {
       bits: e.bits,
-      encoding: e.perTensor ? `lut${e.bits},per-tensor` : `lut${e.bits},g${groupSize}`,
-      error: reconstructionErrorOf({ groupErrors, indices }),
-    };
-  }
-  const err = new ErrorSum();
-  if (e.kind === "int8") {
-    const blockSize = e.blockSize ?? r.tail[0];
-    const blocks = r.tail[0] / blockSize;
-    const data = new Int8Array(rows * cols);
-    const scale = new Uint16Array(rows * blocks);
-    await chunks(1, (first, count, stored) => {
-      const values = asFloat32(stored);
-      const qi = quantizeInt8(values, [count, ...r.tail], blockSize);
-      data.set(qi.data, first * cols);
-      scale.set(qi.scale, first * blocks);
-      err.add(values, dequantizeInt8(qi));
+      groupSize,
+      workers: o.workers,
+      pool: o.pool,
+      signal: o.signal,
     });
-    return {
-      kind: "int8",
-      shape,
-      data,
-      scale,
-      scaleShape: [rows, blocks, ...r.tail.slice(1)],
-      bits: 8,
-      encoding: `int8,b${blockSize}`,
-      error: err.result(rows * cols),
-    };
-  }
+    indices.set(p.indices, first * cols);
+    lut.set(p.lut, (first / groupSize) * k);
+    groupErrors.set(p.groupErrors, (first / groupSize) * 3);
+    lutShape = [groups, ...p.lutShape.slice(1)];
+  });
+  return {
+    kind: "lut",
+    shape: [rows, ...r.tail],
+    indices,
+    lut,
+    lutShape,
+    bits: e.bits,
+    encoding: e.perTensor ? `lut${e.bits},per-tensor` : `lut${e.bits},g${groupSize}`,
+    error: reconstructionErrorOf({ groupErrors, indices }),
+  };
+}
+
+/** Linear int8, one fp16 scale per output channel and block (int8.ts). */
+async function encodeInt8(
+  t: Tensor,
+  r: RowRange,
+  e: Extract<TensorEncoding, { kind: "int8" }>,
+  o: EncodeOptions,
+): Promise<EncodedWeight> {
+  const rows = r.end - r.start;
+  const cols = r.tail.reduce((a, b) => a * b, 1);
+  const err = new ErrorSum();
+  const blockSize = e.blockSize ?? r.tail[0];
+  const blocks = r.tail[0] / blockSize;
+  const data = new Int8Array(rows * cols);
+  const scale = new Uint16Array(rows * blocks);
+  await forEachChunk(t, r, o, 1, (first, count, stored) => {
+    const values = asFloat32(stored);
+    const qi = quantizeInt8(values, [count, ...r.tail], blockSize);
+    data.set(qi.data, first * cols);
+    scale.set(qi.scale, first * blocks);
+    err.add(values, dequantizeInt8(qi));
+  });
+  return {
+    kind: "int8",
+    shape: [rows, ...r.tail],
+    data,
+    scale,
+    scaleShape: [rows, blocks, ...r.tail.slice(1)],
+    bits: 8,
+    encoding: `int8,b${blockSize}`,
+    error: err.result(rows * cols),
+  };
+}
+
+/** Plain, in the graph dtype: bf16 → fp16 through a table, fp32 rounded to fp16 in bulk. */
+async function encodePlain(t: Tensor, r: RowRange, o: EncodeOptions): Promise<EncodedWeight> {
+  const rows = r.end - r.start;
+  const cols = r.tail.reduce((a, b) => a * b, 1);
+  const err = new ErrorSum();
   const fp16 = o.dtype === "fp16";
   const out = fp16 ? new Uint16Array(rows * cols) : new Float32Array(rows * cols);
-  await chunks(1, (first, _count, stored) => {
+  await forEachChunk(t, r, o, 1, (first, _count, stored) => {
     if (out instanceof Float32Array) {
       out.set(asFloat32(stored), first * cols);
     } else if (stored instanceof Float32Array) {
@@ -180,7 +211,7 @@ export async function encodeWeight(
   });
   return {
     kind: "plain",
-    shape,
+    shape: [rows, ...r.tail],
     data: out,
     bits: fp16 ? 16 : 32,
     encoding: o.dtype,
