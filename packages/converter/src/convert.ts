@@ -233,6 +233,48 @@ async function buildPackage(
   }
 }
 
+/**
+ * Every package of the plan in order: reused whole where an interrupted conversion finished it
+ * (resume: same build key, same digest), else built; each finished one is recorded for resume.
+ */
+async function writePackages(
+  run: Conversion,
+  plan: readonly PlannedComponent[],
+  work: ReadonlyMap<string, number>,
+  configSha: string,
+): Promise<{ components: ChainManifestComponent[]; skipped: string[]; reusedWeights: string[] }> {
+  const { partial, progress, finished } = run;
+  const record = run.options.resume ? await readPartialRecord(partial) : {};
+  const components: ChainManifestComponent[] = [];
+  const skipped: string[] = [];
+  const reusedWeights: string[] = [];
+  for (const c of plan) {
+    run.options.signal?.throwIfAborted();
+    const key = componentKey(configSha, c, run.r);
+    const file = join(partial, c.file);
+    const prev = record[c.name];
+    const workBefore = progress.workDone;
+    if (prev && prev.key === key && existsSync(file) && (await digestMlPackage(file)) === prev.sha256) {
+      components.push(prev.component);
+      skipped.push(c.name);
+      finished.components++;
+      progress.packageDone(c, workBefore, work.get(c.name) ?? 0);
+      progress.emit({ stage: "skip", component: c.name });
+      continue;
+    }
+    progress.emit({ stage: "component", component: c.name });
+    const built = await buildPackage(run, c, key);
+    components.push(built.entry);
+    record[c.name] = { key, sha256: built.entry.sha256, component: built.entry };
+    await writeFileAtomic(join(partial, PARTIAL_RECORD), JSON.stringify(record, null, 2));
+    reusedWeights.push(...built.reused);
+    finished.components++;
+    progress.packageDone(c, workBefore, work.get(c.name) ?? 0);
+    progress.emit({ stage: "component", component: c.name });
+  }
+  return { components, skipped, reusedWeights };
+}
+
 export async function convert(options: ConvertOptions): Promise<ConvertResult> {
   const started = performance.now();
   const resolved = resolveConvertOptions(options);
@@ -283,37 +325,10 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     progress.emit({ stage: "plan" });
 
     await prepareOutput(out, options.resume ?? false);
-    const record = options.resume ? await readPartialRecord(partial) : {};
-    const components: ChainManifestComponent[] = [];
-    const skipped: string[] = [];
-    const reusedWeights: string[] = [];
     const weights: WeightEncodingReport[] = [];
     pool = options.workers === 1 ? undefined : new KmeansPool(options.workers ?? availableParallelism());
     const run: Conversion = { ck, r, quant, partial, options, pool, progress, log, weights, finished };
-    for (const c of plan) {
-      signal?.throwIfAborted();
-      const key = componentKey(configSha, c, r);
-      const file = join(partial, c.file);
-      const prev = record[c.name];
-      const workBefore = progress.workDone;
-      if (prev && prev.key === key && existsSync(file) && (await digestMlPackage(file)) === prev.sha256) {
-        components.push(prev.component);
-        skipped.push(c.name);
-        finished.components++;
-        progress.packageDone(c, workBefore, work.get(c.name) ?? 0);
-        progress.emit({ stage: "skip", component: c.name });
-        continue;
-      }
-      progress.emit({ stage: "component", component: c.name });
-      const built = await buildPackage(run, c, key);
-      components.push(built.entry);
-      record[c.name] = { key, sha256: built.entry.sha256, component: built.entry };
-      await writeFileAtomic(join(partial, PARTIAL_RECORD), JSON.stringify(record, null, 2));
-      reusedWeights.push(...built.reused);
-      finished.components++;
-      progress.packageDone(c, workBefore, work.get(c.name) ?? 0);
-      progress.emit({ stage: "component", component: c.name });
-    }
+    const { components, skipped, reusedWeights } = await writePackages(run, plan, work, configSha);
 
     const tokenizerFiles = await copyChainFiles(dir, partial);
     const manifest = chainManifest({
