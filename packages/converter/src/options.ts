@@ -6,6 +6,7 @@
  * (ConvertOptionError: "--prefill-batch must be …"), a build by its field (GraphOptionError:
  * "prefillBatch: must be …").
  */
+import type { GraphDType, KvPlacement } from "@anemll-qwen35/ir/chain";
 import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import type { BlobSink } from "@anemll-qwen35/ir/mil";
 import { ConvertOptionError, GraphOptionError } from "./errors.js";
@@ -17,7 +18,6 @@ import {
   type AttentionForm,
 } from "./graph/attention.js";
 import { DEFAULT_WY_CHUNK, GDN_PREFILL_FORMS, type GdnPrefillForm } from "./graph/gdn-chunked.js";
-import type { GraphDType, KvPlacement } from "./graph/io.js";
 import type { EncodedWeightStore, WeightEncodingReport } from "./graph/weights.js";
 import type { KmeansPool } from "./quant/kmeans-pool.js";
 import { asQuantPlan, type QuantPlan } from "./quant/plan.js";

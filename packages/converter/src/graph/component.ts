@@ -14,13 +14,12 @@
  * instead of a fresh one; its own blob sink, if any, then applies. Every conv/matmul of the result
  * is checked against the ANE's size limits (limits.ts; AneLimitError names the tensor).
  */
-import type { PrefillFunction } from "@anemll-qwen35/ir/chain";
+import type { ComponentIO, PrefillFunction } from "@anemll-qwen35/ir/chain";
 import { MilBuilder, MilProgramBuilder, type MilVar, type MlModel } from "@anemll-qwen35/ir/mil";
 import { UnsupportedModelError } from "../errors.js";
 import { type BuildOptions, type ComponentSpec, resolveBuildOptions } from "../options.js";
 import { formatWeightQuant } from "../quant/policy.js";
 import { buildEmbed } from "./embed.js";
-import type { ComponentIO } from "./io.js";
 import { checkAneLimits } from "./limits.js";
 import { buildLmHead } from "./lm-head.js";
 import { buildSuperblocks } from "./superblock.js";

@@ -1,7 +1,7 @@
 /** The `embed` component: token id → its embedding row, channels-first (reference §2.1: no scaling). */
+import type { ComponentIO } from "@anemll-qwen35/ir/chain";
 import { tensorType } from "@anemll-qwen35/ir/mil";
 import type { ResolvedOptions } from "../options.js";
-import type { ComponentIO } from "./io.js";
 import type { GraphWeights } from "./weights.js";
 
 /** input_ids int32 [1, 1] → hidden [1, D, 1, 1]. */

@@ -22,21 +22,20 @@ export {
 } from "../options.js";
 export { checkAneLimits } from "./limits.js";
 
-// ---- Its interface: ComponentIO (defined in ir/chain, where runtimes read it) and the piece split
-export {
-  argmaxToken,
-  type ComponentIO,
-  type ComponentKind,
-  decodeMask,
-  type GraphDType,
-  type IoDType,
-  type IoRole,
-  type IoTensor,
-  type KvPlacement,
-  type LmHeadPiece,
-  type MaskRule,
-  planPieces,
-} from "./io.js";
+// ---- Its interface: ComponentIO, defined in ir/chain where runtimes read it; the piece split
+export type {
+  ComponentIO,
+  ComponentKind,
+  GraphDType,
+  IoDType,
+  IoRole,
+  IoTensor,
+  KvPlacement,
+  LmHeadPiece,
+  MaskRule,
+} from "@anemll-qwen35/ir/chain";
+export { argmaxToken, decodeMask } from "@anemll-qwen35/ir/chain";
+export { planPieces } from "./io.js";
 
 // ---- The model, one function per block
 export { buildEmbed } from "./embed.js";
@@ -76,20 +75,8 @@ export { rmsNorm1p, zeroCentredGain } from "./norms.js";
 export { buildLmHead } from "./lm-head.js";
 
 // ---- The ANE tricks, each a named helper with its reason (ane.ts)
-export {
-  ANE_MAX_DIM,
-  conv1x1,
-  GDN_NORM_EPS_SCALE,
-  GDN_O_SCALE,
-  GDN_Q_SCALE,
-  GDN_V_SCALE,
-  MASK_NEG,
-  repeatInterleaveHeads,
-  rmsNormAne,
-  scalar,
-  siluTanh,
-  softplusStable,
-} from "./ane.js";
+export { ANE_MAX_DIM, GDN_Q_SCALE, GDN_V_SCALE, MASK_NEG } from "./ane.js";
+export { conv1x1, repeatInterleaveHeads, rmsNormAne, siluTanh, softplusStable } from "./ane.js";
 
 // ---- Weights into the graph: checkpoint tensor → MIL constant, encoded as the quantization plan says
 export {

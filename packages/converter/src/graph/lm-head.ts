@@ -10,11 +10,12 @@
  * `argmax`, each piece reduces to its top-1 index and value in-graph, so only 2·k numbers leave
  * the device instead of the vocabulary's logits.
  */
+import type { ComponentIO, IoTensor } from "@anemll-qwen35/ir/chain";
 import { type MilVar, tensorType } from "@anemll-qwen35/ir/mil";
 import type { ResolvedOptions } from "../options.js";
 import { pieceUnit } from "../quant/plan.js";
 import { conv1x1 } from "./ane.js";
-import { type ComponentIO, type IoTensor, planPieces } from "./io.js";
+import { planPieces } from "./io.js";
 import { rmsNorm1p } from "./norms.js";
 import type { GraphWeights } from "./weights.js";
 

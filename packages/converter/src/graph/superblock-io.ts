@@ -10,6 +10,7 @@
  * slice_update at its end; the int32 bounds of that write are computed once, at the start — the
  * only run-time-index work of the function — so no int32 op sits between two ANE ops.
  */
+import type { ComponentIO, GraphDType, IoTensor } from "@anemll-qwen35/ir/chain";
 import type { Qwen35Config, SuperBlock } from "@anemll-qwen35/ir/checkpoint";
 import { type MilBuilder, type MilVar, tensorType } from "@anemll-qwen35/ir/mil";
 import type { ResolvedOptions } from "../options.js";
@@ -17,7 +18,6 @@ import { GDN_V_SCALE, MASK_NEG } from "./ane.js";
 import { type AttentionCore, type AttentionStep, type KvCache, type RopeRow, ropeSpec } from "./attention.js";
 import type { GdnStateIn, GdnStep } from "./gdn.js";
 import type { GdnChunkInputs, GdnPrefillForm } from "./gdn-chunked.js";
-import type { ComponentIO, GraphDType, IoTensor } from "./io.js";
 
 /** What every layer of one step reads besides the hidden state. */
 export interface StepInputs {

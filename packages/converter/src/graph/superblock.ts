@@ -6,13 +6,13 @@
  * states and outputs are declared in superblock-io.ts.
  */
 
+import type { ComponentIO } from "@anemll-qwen35/ir/chain";
 import type { SuperBlock } from "@anemll-qwen35/ir/checkpoint";
 import type { MilVar } from "@anemll-qwen35/ir/mil";
 import type { ResolvedOptions } from "../options.js";
 import { attentionLayer, type KvCache } from "./attention.js";
 import { type GdnStateIn, gdnLayer } from "./gdn.js";
 import { gdnChunkLayer } from "./gdn-chunked.js";
-import type { ComponentIO } from "./io.js";
 import { mlp } from "./mlp.js";
 import { rmsNorm1p } from "./norms.js";
 import { attentionChunkLayer } from "./prefill-attention.js";

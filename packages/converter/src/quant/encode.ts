@@ -77,6 +77,12 @@ type StoredRows = Float32Array | { readonly dtype: "bf16" | "f16"; readonly data
 const asFloat32 = (rows: StoredRows) =>
   rows instanceof Float32Array ? rows : toFloat32(rows.dtype, rows.data);
 
+type LutEncoding = Extract<TensorEncoding, { kind: "lut" }>;
+type Int8Encoding = Extract<TensorEncoding, { kind: "int8" }>;
+
+/** Output rows of a range, and values per row. */
+const extent = (r: RowRange) => ({ rows: r.end - r.start, cols: r.tail.reduce((a, b) => a * b, 1) });
+
 /** Rows r of t in chunks of about chunkElements values, `align` rows at a time: as stored (bf16/fp16) or as fp32. */
 async function forEachChunk(
   t: Tensor,
@@ -85,8 +91,7 @@ async function forEachChunk(
   align: number,
   each: (first: number, count: number, values: StoredRows) => Promise<void> | void,
 ): Promise<void> {
-  const rows = r.end - r.start;
-  const cols = r.tail.reduce((a, b) => a * b, 1);
+  const { rows, cols } = extent(r);
   const stored16 = t.dtype === "bf16" || t.dtype === "f16";
   const budget = o.chunkElements ?? CHUNK_ELEMENTS;
   const step = Math.max(align, Math.floor(budget / cols / align) * align);
@@ -115,14 +120,8 @@ export async function encodeWeight(
 }
 
 /** k-means LUT, group by group (palettize.ts). */
-async function encodeLut(
-  t: Tensor,
-  r: RowRange,
-  e: Extract<TensorEncoding, { kind: "lut" }>,
-  o: EncodeOptions,
-): Promise<EncodedWeight> {
-  const rows = r.end - r.start;
-  const cols = r.tail.reduce((a, b) => a * b, 1);
+async function encodeLut(t: Tensor, r: RowRange, e: LutEncoding, o: EncodeOptions): Promise<EncodedWeight> {
+  const { rows, cols } = extent(r);
   // a group must divide the output channels: tiny projections (Hv rows) get gcd(rows, group)
   const groupSize = e.perTensor ? rows : gcd(rows, e.groupSize);
   const k = 2 ** e.bits;
@@ -157,14 +156,8 @@ async function encodeLut(
 }
 
 /** Linear int8, one fp16 scale per output channel and block (int8.ts). */
-async function encodeInt8(
-  t: Tensor,
-  r: RowRange,
-  e: Extract<TensorEncoding, { kind: "int8" }>,
-  o: EncodeOptions,
-): Promise<EncodedWeight> {
-  const rows = r.end - r.start;
-  const cols = r.tail.reduce((a, b) => a * b, 1);
+async function encodeInt8(t: Tensor, r: RowRange, e: Int8Encoding, o: EncodeOptions): Promise<EncodedWeight> {
+  const { rows, cols } = extent(r);
   const err = new ErrorSum();
   const blockSize = e.blockSize ?? r.tail[0];
   const blocks = r.tail[0] / blockSize;
@@ -191,8 +184,7 @@ async function encodeInt8(
 
 /** Plain, in the graph dtype: bf16 → fp16 through a table, fp32 rounded to fp16 in bulk. */
 async function encodePlain(t: Tensor, r: RowRange, o: EncodeOptions): Promise<EncodedWeight> {
-  const rows = r.end - r.start;
-  const cols = r.tail.reduce((a, b) => a * b, 1);
+  const { rows, cols } = extent(r);
   const err = new ErrorSum();
   const fp16 = o.dtype === "fp16";
   const out = fp16 ? new Uint16Array(rows * cols) : new Float32Array(rows * cols);
