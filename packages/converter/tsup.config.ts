@@ -1,4 +1,10 @@
 import { packageBuild } from "../../tsup.base.ts";
 
-// the k-means worker is its own entry: kmeans-pool.ts starts dist/kmeans-worker.js
-export default packageBuild({ entry: ["src/index.ts", "src/kmeans-worker.ts"] });
+export default packageBuild({
+  entry: {
+    index: "src/index.ts",
+    graph: "src/graph/index.ts",
+    // its own entry: kmeans-pool.ts starts dist/kmeans-worker.js
+    "kmeans-worker": "src/quant/kmeans-worker.ts",
+  },
+});

@@ -14,7 +14,7 @@
 import { join } from "node:path";
 import { Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
 import { writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
-import { QUANT_PRESETS, type QuantRule } from "../src/graph/index.js";
+import { QUANT_PRESETS, type QuantRule } from "../src/index.js";
 import { benchCache, ensurePackage, graphSourceHash } from "./packages.js";
 
 const rebuild = process.argv.includes("--rebuild");

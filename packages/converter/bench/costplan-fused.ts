@@ -31,9 +31,9 @@ import { costplan } from "@anemll-qwen35/costplan";
 import { Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
 import { readMlPackage } from "@anemll-qwen35/ir/mil";
 import { writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
-import { resolveQuantSpec } from "../src/convert.js";
 import type { AttentionCore, BuildOptions, EncodedWeight, EncodedWeightStore } from "../src/graph/index.js";
-import { formatWeightQuant, quantFor, specRules } from "../src/graph/quant.js";
+import { resolveQuantSpec } from "../src/options.js";
+import { formatWeightQuant, quantFor, specRules } from "../src/quant/policy.js";
 import { benchCache, type ComponentBuilder, ensurePackage, graphSourceHash, shortHash } from "./packages.js";
 
 const here = dirname(fileURLToPath(import.meta.url));

@@ -23,17 +23,17 @@ import { costplan, FITTED_RUNTIME } from "@anemll-qwen35/costplan";
 import { Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
 import { MilProgramBuilder, type MilVar, MlPackageWriter, readMlPackage } from "@anemll-qwen35/ir/mil";
 import { writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
-import { resolveQuantSpec } from "../src/convert.js";
 import {
   buildSuperblocks,
   DEFAULT_WY_CHUNK,
   type GdnPrefillForm,
   GraphWeights,
   type PrefillShape,
-  resolveOptions,
-  specRules,
 } from "../src/graph/index.js";
-import { DEFAULT_BUDGET_BYTES, planComponents } from "../src/plan.js";
+import { DEFAULT_BUDGET_BYTES, resolveBuildOptions, resolveQuantSpec } from "../src/options.js";
+import { planComponents } from "../src/plan.js";
+import { planQuant } from "../src/quant/plan.js";
+import { specRules } from "../src/quant/policy.js";
 import { benchCache, ensurePackage, graphSourceHash } from "./packages.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -87,7 +87,7 @@ for (const size of sizes) {
     const program = new MilProgramBuilder({ blobSink: w.blobs });
     const shared = new Map<string, MilVar>();
     const spec = { kind: "superblocks", first: 0, count: 1 } as const;
-    const o = resolveOptions(ck.config, spec, { ctx, quant: { rules } });
+    const o = resolveBuildOptions(ck.config, spec, { ctx, quant: { rules } });
     for (const f of functions) {
       const gw = new GraphWeights(program.function(f.name), ck, {
         dtype: "fp16",
@@ -123,7 +123,7 @@ for (const size of sizes) {
   const packages = planComponents(ck.config, {
     fuse: "all",
     budgetBytes: DEFAULT_BUDGET_BYTES,
-    quant: { rules },
+    quant: planQuant(ck.config, { rules }),
   }).filter((c) => c.kind === "superblocks").length;
   const headMs = head.prediction.estimatedMs;
   const callMs = (name: string) => {

@@ -13,7 +13,8 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseQwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import { publishedConfigJson, type SyntheticSize } from "@anemll-qwen35/testkit";
-import { parseWeightQuant, tuneLmHeadSplit } from "../src/index.js";
+import { parseWeightQuant } from "../src/index.js";
+import { tuneLmHeadSplit } from "../src/lmhead-split.js";
 
 const arg = (name: string, dflt: string) => {
   const i = process.argv.indexOf(name);

@@ -23,15 +23,20 @@ export function benchCache(name: string): string {
 }
 
 /**
- * A short hash of the converter's graph sources: packages built by other graph code are not
- * reused. quant.ts (the presets) is left out: callers name packages by the rules they resolve to
- * (shortHash), so a changed preset rebuilds only what it changes.
+ * A short hash of the converter's graph and encoder sources (src/graph, src/quant, the build
+ * options): packages built by other code are not reused. quant/policy.ts (the presets) is left
+ * out: callers name packages by the rules they resolve to (shortHash), so a changed preset
+ * rebuilds only what it changes.
  */
 export function graphSourceHash(): string {
-  const dir = join(here, "..", "src", "graph");
+  const src = join(here, "..", "src");
   const h = createHash("sha256");
-  for (const f of readdirSync(dir).sort())
-    if (f !== "quant.ts") h.update(f).update(readFileSync(join(dir, f)));
+  const files = [
+    ...["graph", "quant"].flatMap((d) => readdirSync(join(src, d)).map((f) => join(d, f))),
+    "options.ts",
+  ];
+  for (const f of files.sort())
+    if (f !== join("quant", "policy.ts")) h.update(f).update(readFileSync(join(src, f)));
   return h.digest("hex").slice(0, 10);
 }
 

@@ -14,7 +14,7 @@ import { fileURLToPath } from "node:url";
 import { f16BitsToF32, f32ToF16Bits } from "@anemll-qwen35/core";
 import { Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
 import { findCoremltoolsPython, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
-import { depalettize, palettize, reconstructionError } from "../src/palettize.js";
+import { depalettize, palettize, reconstructionError } from "../src/quant/palettize.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const arg = (name: string, dflt: string) => {

@@ -18,12 +18,12 @@ import { type Tensor, tensor } from "@anemll-qwen35/core";
 import { costplan, nativeAvailability } from "@anemll-qwen35/costplan";
 import type { LmHeadSplit } from "@anemll-qwen35/ir/chain";
 import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
-import { MilBuilder, writeMlPackage } from "@anemll-qwen35/ir/mil";
+import { writeMlPackage } from "@anemll-qwen35/ir/mil";
 import { buildComponent } from "./graph/component.js";
 import { planPieces } from "./graph/io.js";
-import { type BuildOptions, DEFAULT_LM_HEAD_MAX_ROWS } from "./graph/options.js";
-import { lutGroupSize, PLAIN_POLICY } from "./graph/quant.js";
-import { GraphWeights, type WeightSource } from "./graph/weights.js";
+import type { WeightSource } from "./graph/weights.js";
+import { type BuildOptions, DEFAULT_LM_HEAD_MAX_ROWS } from "./options.js";
+import { asQuantPlan, pieceUnit } from "./quant/plan.js";
 
 export type { LmHeadSplit } from "@anemll-qwen35/ir/chain";
 
@@ -96,14 +96,10 @@ export async function tuneLmHeadSplit(
   o: TuneLmHeadOptions,
 ): Promise<LmHeadSplit> {
   const log = o.log ?? (() => {});
-  const policy = o.build.quant ?? PLAIN_POLICY;
+  const plan = asQuantPlan(config, o.build.quant);
   const source = zeroSource(config, tied);
   // pieces are cut in whole LUT groups, as buildLmHead cuts them
-  const q = new GraphWeights(new MilBuilder(), source, {
-    dtype: o.build.dtype ?? "fp16",
-    quant: policy,
-  }).quantOf("lm_head");
-  const unit = q.kind === "lut" && !q.perTensor ? lutGroupSize(policy, q) : 8;
+  const unit = pieceUnit(plan.tensor("lm_head").encoding);
   const native = o.method === "estimate" ? { available: false } : nativeAvailability();
   const method = native.available ? "coreml-measured" : "costplan-estimate";
   const dir = native.available ? await mkdtemp(join(tmpdir(), "lmhead-sweep-")) : undefined;
@@ -111,7 +107,11 @@ export async function tuneLmHeadSplit(
   try {
     for (const maxRows of lmHeadCandidates(config.vocabSize, unit)) {
       o.signal?.throwIfAborted();
-      const built = await buildComponent(source, { kind: "lm_head" }, { ...o.build, lmHeadMaxRows: maxRows });
+      const built = await buildComponent(
+        source,
+        { kind: "lm_head" },
+        { ...o.build, quant: plan, lmHeadMaxRows: maxRows },
+      );
       const pieces = built.io.lmHead?.pieces.length ?? 1;
       let target: string | typeof built.model = built.model;
       if (dir) {

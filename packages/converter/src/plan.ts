@@ -3,17 +3,17 @@
  * (as many as fit the per-package size budget with `fuse: "all"`; an explicit `fuse` is kept even
  * over the budget, with a warning), and the lm_head — and what to warn about before converting.
  */
-import { InvalidArgumentError, numel } from "@anemll-qwen35/core";
-import { type Qwen35Config, qwen35Parameters } from "@anemll-qwen35/ir/checkpoint";
-import { lutGroupSize, type QuantPolicy, quantFor, type WeightQuant } from "./graph/quant.js";
+import type { Qwen35Config } from "@anemll-qwen35/ir/checkpoint";
+import { checkPlanOptions } from "./options.js";
+import type { QuantPlan } from "./quant/plan.js";
 
 export interface PlanOptions {
   /** Super-blocks per package, or "all" (as many as the budget allows). */
   fuse: number | "all";
   /** Largest package size in bytes (default 1.5 GB: single ANE blobs of ~2 GB fell back to CPU). */
   budgetBytes: number;
-  /** How each weight is stored (sizes follow it tensor by tensor). */
-  quant: QuantPolicy;
+  /** How each weight is stored (sizes follow it tensor by tensor): planQuant(config, policy). */
+  quant: QuantPlan;
 }
 
 export type PlannedComponent =
@@ -36,54 +36,24 @@ export type PlannedComponent =
       readonly estimatedBytes: number;
     };
 
-export const DEFAULT_BUDGET_BYTES = 1.5e9;
-
-/** Stored bytes of `params` weights in `rows` output channels: payload plus LUT/scale overhead. */
-export function bytesFor(params: number, encoding: WeightQuant, rows: number, groupSize: number): number {
-  switch (encoding.kind) {
-    case "none":
-      return params * 2;
-    case "int8":
-      return params + Math.ceil(params / (encoding.blockSize ?? params / rows)) * 2;
-    case "lut": {
-      const luts = encoding.perTensor ? 1 : Math.ceil(rows / (encoding.groupSize ?? groupSize));
-      return Math.ceil((params * encoding.bits) / 8) + luts * 2 ** encoding.bits * 2;
-    }
-  }
-}
-
-/** Estimated package size of one super-block (its four layers), tensor by tensor as `quant` stores them. */
-export function superBlockBytes(config: Qwen35Config, index: number, quant: QuantPolicy): number {
+/** Estimated package size of one super-block (its four layers), tensor by tensor as the plan stores them. */
+export function superBlockBytes(config: Qwen35Config, index: number, plan: QuantPlan): number {
   const layers = new Set(config.superBlocks[index].layers);
-  let bytes = 0;
-  for (const p of qwen35Parameters(config, { tied: true })) {
-    if (!layers.has(p.layer)) continue;
-    const n = numel(p.shape);
-    const q = p.kind === "projection" ? quantFor(quant, p) : { kind: "none" as const };
-    bytes += bytesFor(n, q, p.shape[0], q.kind === "lut" ? lutGroupSize(quant, q) : 0);
-  }
-  return bytes;
-}
-
-/** The encoding of the embedding table or the lm_head under a policy. */
-function vocabQuant(quant: QuantPolicy, role: "embed" | "lm_head"): WeightQuant {
-  return quantFor(quant, { canonical: role, role });
+  return plan.tensors.reduce((n, t) => (layers.has(t.layer) ? n + t.bytes : n), 0);
 }
 
 const pad2 = (n: number) => String(n).padStart(2, "0");
 
 export function planComponents(config: Qwen35Config, options: PlanOptions): PlannedComponent[] {
+  checkPlanOptions(options.fuse, options.budgetBytes);
   const total = config.superBlocks.length;
-  if (options.fuse !== "all" && (!Number.isInteger(options.fuse) || options.fuse < 1)) {
-    throw new InvalidArgumentError(`--fuse must be a positive integer or "all", got ${options.fuse}`);
-  }
-  const vocabBytes = (role: "embed" | "lm_head") => {
-    const q = vocabQuant(options.quant, role);
-    const group = q.kind === "lut" ? lutGroupSize(options.quant, q) : 0;
-    return bytesFor(config.vocabSize * config.hiddenSize, q, config.vocabSize, group);
-  };
   const out: PlannedComponent[] = [
-    { kind: "embed", name: "embed", file: "embed.mlpackage", estimatedBytes: vocabBytes("embed") },
+    {
+      kind: "embed",
+      name: "embed",
+      file: "embed.mlpackage",
+      estimatedBytes: options.quant.tensor("embed").bytes,
+    },
   ];
   let first = 0;
   while (first < total) {
@@ -119,7 +89,7 @@ export function planComponents(config: Qwen35Config, options: PlanOptions): Plan
     kind: "lm_head",
     name: "lm_head",
     file: "lm_head.mlpackage",
-    estimatedBytes: vocabBytes("lm_head"),
+    estimatedBytes: options.quant.tensor("lm_head").bytes,
   });
   return out;
 }
@@ -154,7 +124,7 @@ export function planWarnings(plan: readonly PlannedComponent[], options: PlanOpt
   }
   for (const c of over) {
     if (c.kind === "superblocks") continue;
-    const q = vocabQuant(options.quant, c.kind === "embed" ? "embed" : "lm_head");
+    const q = options.quant.tensor(c.kind === "embed" ? "embed" : "lm_head").encoding;
     const advice =
       q.kind !== "none"
         ? "fewer LUT bits or a larger --budget would fit it"

@@ -26,7 +26,8 @@ import {
   type MlPackageWriter,
   tensorType,
 } from "@anemll-qwen35/ir/mil";
-import type { EncodedWeight, EncodedWeightStore } from "./graph/weights.js";
+import type { EncodedWeightStore } from "./graph/weights.js";
+import type { EncodedWeight } from "./quant/encode.js";
 
 const RESUME_DIR = ".resume";
 

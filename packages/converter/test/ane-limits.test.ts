@@ -9,11 +9,11 @@ import { tinyConfigJson } from "@anemll-qwen35/testkit";
 import { describe, expect, it } from "vitest";
 import {
   ANE_MAX_DIM,
-  AneLimitError,
   buildComponent,
   type WeightEncodingReport,
   type WeightSource,
 } from "../src/graph/index.js";
+import { AneLimitError } from "../src/index.js";
 
 function source(text: Record<string, unknown>): WeightSource {
   const json = tinyConfigJson({ tied: false });

@@ -12,8 +12,13 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { readChainManifest } from "@anemll-qwen35/ir/chain";
 import { describe, expect, it } from "vitest";
-import { ConvertInterruptedError, ConvertOptionError, convert, OutputError } from "../src/convert.js";
-import { UnsupportedModelError } from "../src/graph/errors.js";
+import {
+  ConvertInterruptedError,
+  ConvertOptionError,
+  convert,
+  OutputError,
+  UnsupportedModelError,
+} from "../src/index.js";
 
 const FIXTURES = resolve(__dirname, "../../../fixtures");
 const tied = join(FIXTURES, "tiny-tied");

@@ -17,11 +17,10 @@ import {
   type BuildOptions,
   buildComponent,
   type ComponentSpec,
-  DEFAULT_QUANT_RULES,
   planPieces,
-  QUANT_PRESETS,
   type WeightEncodingReport,
 } from "../src/graph/index.js";
+import { DEFAULT_QUANT_RULES, QUANT_PRESETS } from "../src/index.js";
 import { type ChainPart, type ChainParts, ReferenceChain, type RunResult, runChain } from "./chain.js";
 import { type FixtureGolden, fixtureDir, hasFixture, klDivergence, loadFixtureGolden } from "./golden.js";
 

@@ -13,11 +13,8 @@ import {
   argmaxToken,
   buildComponent,
   decodeMask,
-  formatWeightQuant,
-  GraphOptionError,
   GraphWeights,
   MASK_NEG,
-  parseWeightQuant,
   planPieces,
   repeatInterleaveHeads,
   rmsNormAne,
@@ -25,12 +22,18 @@ import {
   rowsFloat32,
   siluTanh,
   softplusStable,
-  UnsupportedModelError,
   type WeightEncodingReport,
-  type WeightQuant,
   type WeightSource,
 } from "../src/graph/index.js";
-import { depalettize, palettize } from "../src/palettize.js";
+import {
+  formatWeightQuant,
+  GraphOptionError,
+  parseWeightQuant,
+  planQuant,
+  UnsupportedModelError,
+  type WeightQuant,
+} from "../src/index.js";
+import { depalettize, palettize } from "../src/quant/palettize.js";
 import { fixtureDir, hasFixture } from "./golden.js";
 
 /** Deterministic values in [-scale, scale). */
@@ -199,12 +202,15 @@ describe.skipIf(!hasFixture("tiny-gqa"))("buildComponent options and errors (fix
       const reports: WeightEncodingReport[] = [];
       const w = new GraphWeights(b, ck, {
         dtype: "fp32",
-        quant: { rules: [{ pattern: "embed", quant }] },
+        quant: planQuant(ck.config, { rules: [{ pattern: "embed", quant }] }),
         onWeight: (r) => reports.push(r),
         workers: 1,
         chunkElements,
       });
-      b.output("w", b.identity({ x: await w.encodeRows(stored, 0, V, [D], "embed", "table") }));
+      b.output(
+        "w",
+        b.identity({ x: await w.encodeRows(stored, { start: 0, end: V, tail: [D] }, "embed", "table") }),
+      );
       const out = interpret(b.program(), {}, { outputs: "fp32" }).outputs.w;
       return { values: out.data as Float32Array, report: reports[0] };
     };

@@ -10,7 +10,7 @@ import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, describe, expect, it } from "vitest";
-import { workerExecArgv } from "../src/kmeans-pool.js";
+import { workerExecArgv } from "../src/quant/kmeans-pool.js";
 
 const pkg = resolve(__dirname, "..");
 const work = mkdtempSync(join(tmpdir(), "kmeans-worker-"));

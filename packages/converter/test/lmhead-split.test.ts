@@ -5,7 +5,9 @@ import { join, resolve } from "node:path";
 import { readChainManifest } from "@anemll-qwen35/ir/chain";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { describe, expect, it } from "vitest";
-import { chooseLmHeadSplit, convert, lmHeadCandidates, planPieces } from "../src/index.js";
+import { planPieces } from "../src/graph/index.js";
+import { convert } from "../src/index.js";
+import { chooseLmHeadSplit, lmHeadCandidates } from "../src/lmhead-split.js";
 
 const tied = resolve(__dirname, "../../../fixtures/tiny-tied");
 

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { CHAIN_FORMAT, readChainManifest } from "@anemll-qwen35/ir/chain";
 import { describe, expect, it } from "vitest";
-import { convert, OutputError } from "../src/convert.js";
+import { convert, OutputError } from "../src/index.js";
 import { PARTIAL_MARKER } from "../src/output.js";
 
 const tied = resolve(__dirname, "../../../fixtures/tiny-tied");

@@ -1,15 +1,15 @@
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from "@anemll-qwen35/core";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { describe, expect, it } from "vitest";
-import { dpInWasm, type KmeansValues, kmeansGroups, useJsDp } from "../src/kmeans.js";
-import { KmeansPool } from "../src/kmeans-pool.js";
+import { dpInWasm, type KmeansValues, kmeansGroups, useJsDp } from "../src/quant/kmeans.js";
+import { KmeansPool } from "../src/quant/kmeans-pool.js";
 import {
   depalettize,
   palettize,
   reconstructionError,
   reconstructionErrorOf,
   roundArrayToF16,
-} from "../src/palettize.js";
+} from "../src/quant/palettize.js";
 
 /** Deterministic pseudo-normal values (sum of uniforms), independent of the code under test. */
 function gaussian(n: number, seed: number, scale = 0.05): Float32Array {

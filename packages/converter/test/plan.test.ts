@@ -1,14 +1,16 @@
 import { parseQwen35Config, qwen35Parameters } from "@anemll-qwen35/ir/checkpoint";
 import { publishedConfigJson } from "@anemll-qwen35/testkit";
 import { describe, expect, it } from "vitest";
-import { DEFAULT_QUANT_RULES } from "../src/graph/quant.js";
 import { formatBytes, planComponents, planWarnings, superBlockBytes } from "../src/plan.js";
-
-const LUT4 = { rules: [{ pattern: "body", quant: { kind: "lut", bits: 4 } }] } as const;
-const NONE = { rules: [] };
+import { planQuant } from "../src/quant/plan.js";
+import { DEFAULT_QUANT_RULES } from "../src/quant/policy.js";
 
 const cfg08 = parseQwen35Config(publishedConfigJson("0.8b"));
 const cfg9 = parseQwen35Config(publishedConfigJson("9b"));
+const lut4 = { rules: [{ pattern: "body", quant: { kind: "lut", bits: 4 } }] } as const;
+const LUT4 = planQuant(cfg08, lut4);
+const LUT4_9B = planQuant(cfg9, lut4);
+const NONE_9B = planQuant(cfg9, { rules: [] });
 
 describe("planComponents", () => {
   it("puts one super-block per package with fuse 1", () => {
@@ -40,19 +42,19 @@ describe("planComponents", () => {
 
   it("lets the budget split a large model, never exceeding it", () => {
     const budget = 1e9;
-    const plan = planComponents(cfg9, { fuse: "all", budgetBytes: budget, quant: LUT4 });
+    const plan = planComponents(cfg9, { fuse: "all", budgetBytes: budget, quant: LUT4_9B });
     const sbs = plan.filter((c) => c.kind === "superblocks");
     expect(sbs.length).toBeGreaterThan(1);
     for (const c of sbs) if (c.kind === "superblocks") expect(c.estimatedBytes).toBeLessThanOrEqual(budget);
     const covered = sbs.reduce((n, c) => n + (c.kind === "superblocks" ? c.count : 0), 0);
     expect(covered).toBe(cfg9.superBlocks.length);
     // 9B super-block ≈ 4 layers × ~0.22 B params: fp16 ≈ 1.7 GB, LUT4 ≈ 0.43 GB → two per 1 GB package
-    expect(superBlockBytes(cfg9, 0, NONE)).toBeGreaterThan(1.5e9);
+    expect(superBlockBytes(cfg9, 0, NONE_9B)).toBeGreaterThan(1.5e9);
     expect(sbs.length).toBe(4);
   });
 
   it("keeps an explicit fuse even over the budget, and says so once", () => {
-    const options = { fuse: 4, budgetBytes: 1e9, quant: NONE } as const;
+    const options = { fuse: 4, budgetBytes: 1e9, quant: NONE_9B } as const;
     const plan = planComponents(cfg9, options);
     expect(plan.map((c) => c.name)).toEqual(["embed", "sb_00-03", "sb_04-07", "lm_head"]);
     const warnings = planWarnings(plan, options);
@@ -88,9 +90,9 @@ describe("planComponents", () => {
 });
 
 describe("superBlockBytes", () => {
-  it("sizes each tensor as the policy stores it: the default's LUT6 projections and fp16 GDN a/b against uniform LUT4", () => {
+  it("sizes each tensor as the plan stores it: the default's LUT6 projections and fp16 GDN a/b against uniform LUT4", () => {
     const uniform = superBlockBytes(cfg08, 0, LUT4);
-    const policy = superBlockBytes(cfg08, 0, { rules: DEFAULT_QUANT_RULES });
+    const policy = superBlockBytes(cfg08, 0, planQuant(cfg08, { rules: DEFAULT_QUANT_RULES }));
     // a 0.8B super-block's projections, less the 6 GDN a/b ones (3 layers × 2 × 16×1024), take 6
     // instead of 4 bits (+2 bits each); those 6 take 16 bits (+12 each)
     const projections = qwen35Parameters(cfg08, { tied: true })

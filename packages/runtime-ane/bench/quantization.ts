@@ -29,15 +29,13 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
-  bytesFor,
   type ConvertOptions,
   convert,
-  lutGroupSize,
   parseWeightQuant,
-  quantFor,
+  planComponents,
+  planQuant,
   resolveQuantSpec,
   specRules,
-  superBlockBytes,
 } from "@anemll-qwen35/converter";
 import { toFloat32 } from "@anemll-qwen35/core";
 import { loadTokenizer } from "@anemll-qwen35/generate";
@@ -174,15 +172,9 @@ const config08b = parseQwen35Config(publishedConfigJson("0.8b"));
  * LUT tables are an outsized overhead.
  */
 function projected08bBytes(options: Partial<ConvertOptions>): number {
-  const quant = { rules: specRules(resolveQuantSpec(options)) };
-  const matrix = (canonical: string, role: string) => {
-    const q = quantFor(quant, { canonical, role });
-    const { vocabSize: V, hiddenSize: D } = config08b;
-    return bytesFor(V * D, q, V, q.kind === "lut" ? lutGroupSize(quant, q) : 0);
-  };
-  let bytes = matrix("embed", "embed") + matrix("lm_head", "lm_head");
-  for (let i = 0; i < config08b.superBlocks.length; i++) bytes += superBlockBytes(config08b, i, quant);
-  return bytes;
+  const quant = planQuant(config08b, { rules: specRules(resolveQuantSpec(options)) });
+  const packages = planComponents(config08b, { fuse: "all", budgetBytes: Number.POSITIVE_INFINITY, quant });
+  return packages.reduce((n, c) => n + c.estimatedBytes, 0);
 }
 
 /**

@@ -97,18 +97,12 @@ export interface AttentionStep {
 }
 
 /**
- * q [1, Hkv, G, hd] (G query heads per KV head), mask [1, 1, 1, ctx + 1] (the cache rows, then
- * this token) → [1, Hkv, G, hd], in the chosen form.
+ * q [1, Hkv, G, hd] (G query heads per KV head) against the cache and this token's k/v
+ * (`fresh`, [1, Hkv, 1, hd]), mask [1, 1, 1, ctx + 1] (the cache rows, then this token) →
+ * [1, Hkv, G, hd], in the chosen form.
  */
-function attend(
-  b: MilBuilder,
-  form: AttentionCore,
-  q: MilVar,
-  cache: KvCache,
-  kNew: MilVar,
-  vNew: MilVar,
-  mask: MilVar,
-): MilVar {
+function attend(b: MilBuilder, q: MilVar, fresh: KvCache, { form, cache, mask }: AttentionInputs): MilVar {
+  const { k: kNew, v: vNew } = fresh;
   const joined = () => ({
     keys: b.concat({ values: [cache.k, kNew], axis: 2, name: "keys" }), // [1, Hkv, ctx+1, hd]
     values: b.concat({ values: [cache.v, vNew], axis: 2, name: "values" }),
@@ -148,6 +142,36 @@ function attend(
 }
 
 /**
+ * One attention layer's sizes and its projections, as the decode step and the prefill chunk
+ * (prefill-attention.ts) both read them: `project` applies q_proj, k_proj or v_proj to x as a
+ * 1×1 conv ([1, rows, 1, T]).
+ */
+export interface AttentionLayerSetup {
+  readonly layer: number;
+  readonly H: number;
+  readonly Hkv: number;
+  readonly hd: number;
+  /** Query heads per KV head. */
+  readonly G: number;
+  project(name: "q_proj" | "k_proj" | "v_proj", as: string): Promise<MilVar>;
+}
+
+export function attentionSetup(w: GraphWeights, layer: number, x: MilVar): AttentionLayerSetup {
+  const cfg = w.source.config;
+  const H = cfg.numAttentionHeads;
+  const Hkv = cfg.numKeyValueHeads;
+  const prefix = `layers.${layer}.self_attn.`;
+  return {
+    layer,
+    H,
+    Hkv,
+    hd: cfg.headDim,
+    G: H / Hkv,
+    project: async (name, as) => conv1x1(w.b, x, await w.conv1x1Weight(`${prefix}${name}.weight`), as),
+  };
+}
+
+/**
  * Per-head zero-centred RMSNorm over hd (q_norm, k_norm), then partial RoPE: q [1, H, T, hd] and
  * k [1, Hkv, T, hd] with rope rows [1, 1, T, rot/2] (T = 1 for decode).
  */
@@ -179,27 +203,31 @@ export async function gatedOutput(w: GraphWeights, layer: number, o: MilVar, gat
   return conv1x1(b, gated, await w.conv1x1Weight(`layers.${layer}.self_attn.o_proj.weight`), "out");
 }
 
+/** What an attention layer reads besides x: this step's RoPE rows and mask, its KV cache, the core's form. */
+export interface AttentionInputs {
+  readonly rope: RopeRow;
+  readonly mask: MilVar;
+  readonly cache: KvCache;
+  readonly form: AttentionCore;
+}
+
 /** x [1, D, 1, 1] (already input-normed), mask [1, 1, 1, ctx + 1] → the mixer output and this token's k/v. */
 export async function attentionLayer(
   w: GraphWeights,
   layer: number,
   x: MilVar,
-  rope: RopeRow,
-  mask: MilVar,
-  cache: KvCache,
-  form: AttentionCore,
+  at: AttentionInputs,
 ): Promise<AttentionStep> {
   const b = w.b;
-  const cfg = w.source.config;
-  const H = cfg.numAttentionHeads;
-  const Hkv = cfg.numKeyValueHeads;
-  const hd = cfg.headDim;
-  const G = H / Hkv; // query heads per KV head
-  const p = `layers.${layer}.self_attn.`;
+  const a = attentionSetup(w, layer, x);
+  const { H, Hkv, hd, G } = a;
 
   // q_proj: per head [q_h | gate_h]
-  const qg = conv1x1(b, x, await w.conv1x1Weight(`${p}q_proj.weight`), "qg"); // [1, 2·H·hd, 1, 1]
-  const qgHeads = b.reshape({ x: qg, shape: [1, H, 1, 2 * hd], name: "qg_heads" });
+  const qgHeads = b.reshape({
+    x: await a.project("q_proj", "qg"),
+    shape: [1, H, 1, 2 * hd],
+    name: "qg_heads",
+  });
   const qRaw = b.sliceByIndex({ x: qgHeads, begin: [0, 0, 0, 0], end: [1, H, 1, hd], name: "q_raw" }); // [1, H, 1, hd]
   const gate = b.sliceByIndex({
     x: qgHeads,
@@ -207,22 +235,16 @@ export async function attentionLayer(
     end: [1, H, 1, 2 * hd],
     name: "gate",
   }); // [1, H, 1, hd]
-  const kRaw = b.reshape({
-    x: conv1x1(b, x, await w.conv1x1Weight(`${p}k_proj.weight`), "k_proj"),
-    shape: [1, Hkv, 1, hd],
-    name: "k_raw",
-  });
-  const vNew = b.reshape({
-    x: conv1x1(b, x, await w.conv1x1Weight(`${p}v_proj.weight`), "v_proj"),
-    shape: [1, Hkv, 1, hd],
-    name: "v_new",
-  });
+  const heads = async (name: "k_proj" | "v_proj", as: string) =>
+    b.reshape({ x: await a.project(name, name), shape: [1, Hkv, 1, hd], name: as });
+  const kRaw = await heads("k_proj", "k_raw");
+  const vNew = await heads("v_proj", "v_new");
 
-  const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, rope);
+  const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, at.rope);
 
   // GQA without expanding K/V: query heads j·G .. j·G+G-1 are the G query rows of KV head j
   const qGroups = b.reshape({ x: q, shape: [1, Hkv, G, hd], name: "q_groups" });
-  const o = attend(b, form, qGroups, cache, kNew, vNew, mask); // [1, Hkv, G, hd]
+  const o = attend(b, qGroups, { k: kNew, v: vNew }, at); // [1, Hkv, G, hd]
   const oFlat = b.reshape({ x: o, shape: [1, H * hd, 1, 1], name: "o" });
   const gateFlat = b.reshape({ x: gate, shape: [1, H * hd, 1, 1], name: "gate_flat" });
   const out = await gatedOutput(w, layer, oFlat, gateFlat); // [1, D, 1, 1]

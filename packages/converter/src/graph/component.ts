@@ -14,15 +14,14 @@
  * instead of a fresh one; its own blob sink, if any, then applies. Every conv/matmul of the result
  * is checked against the ANE's size limits (limits.ts; AneLimitError names the tensor).
  */
-import type { PrefillFunction } from "@anemll-qwen35/ir/chain";
+import type { ComponentIO, PrefillFunction } from "@anemll-qwen35/ir/chain";
 import { MilBuilder, MilProgramBuilder, type MilVar, type MlModel } from "@anemll-qwen35/ir/mil";
+import { UnsupportedModelError } from "../errors.js";
+import { type BuildOptions, type ComponentSpec, resolveBuildOptions } from "../options.js";
+import { formatWeightQuant } from "../quant/policy.js";
 import { buildEmbed } from "./embed.js";
-import { UnsupportedModelError } from "./errors.js";
-import type { ComponentIO } from "./io.js";
 import { checkAneLimits } from "./limits.js";
 import { buildLmHead } from "./lm-head.js";
-import { type BuildOptions, type ComponentSpec, resolveOptions } from "./options.js";
-import { formatWeightQuant } from "./quant.js";
 import { buildSuperblocks } from "./superblock.js";
 import { GraphWeights, type WeightSource } from "./weights.js";
 
@@ -60,7 +59,7 @@ export async function buildComponent(
   builder?: MilBuilder,
 ): Promise<BuiltComponent> {
   assertConvertible(source);
-  const o = resolveOptions(source.config, spec, options);
+  const o = resolveBuildOptions(source.config, spec, options);
   // a prefill function beside decode: one program, its weights made once and adopted by both
   const multi = spec.kind === "superblocks" && o.prefillBatch > 0 && !builder;
   const program = multi ? new MilProgramBuilder({ blobSink: options.blobSink }) : undefined;
@@ -92,7 +91,7 @@ export async function buildComponent(
     checkAneLimits(pb.function(), `${describe(spec)} (prefill)`, (name) => pw.tensorOf(name));
     prefill = { function: PREFILL_FUNCTION, tokens: o.prefillBatch, io: pio };
   }
-  const rules = o.quant.rules.map((r) => `${r.pattern}=${formatWeightQuant(r.quant)}`);
+  const rules = o.quant.policy.rules.map((r) => `${r.pattern}=${formatWeightQuant(r.quant)}`);
   const userDefined: Record<string, string> = {
     "com.anemll.component": io.component,
     "com.anemll.dtype": io.dtype,

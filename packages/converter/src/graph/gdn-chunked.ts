@@ -20,17 +20,17 @@
  * `conv_pick` selects the conv window after the last valid token.
  */
 import type { MilVar } from "@anemll-qwen35/ir/mil";
+import { GDN_Q_SCALE, GDN_V_SCALE, scalar, siluTanh, softplusStable } from "./ane.js";
 import {
-  conv1x1,
-  GDN_NORM_EPS_SCALE,
-  GDN_Q_SCALE,
-  GDN_V_SCALE,
-  rmsNormAne,
-  scalar,
-  siluTanh,
-  softplusStable,
-} from "./ane.js";
-import { type GdnStateIn, type GdnStep, gdnDecayConstants, gdnProjections, l2norm } from "./gdn.js";
+  type GdnStateIn,
+  type GdnStep,
+  gdnConvTaps,
+  gdnDecayConstants,
+  gdnDims,
+  gdnGatedOutput,
+  gdnProjections,
+  l2norm,
+} from "./gdn.js";
 import type { GraphWeights } from "./weights.js";
 
 /** How the prefill function runs the delta rule over its chunk (see the module comment). */
@@ -75,21 +75,16 @@ export async function gdnChunkLayer(
   chunk: GdnChunkInputs,
 ): Promise<GdnStep> {
   const b = w.b;
-  const cfg = w.source.config;
-  const { convDim, keyDim, valueDim, linearConvKernelDim: K } = cfg;
-  const Hk = cfg.linearNumKeyHeads;
-  const Hv = cfg.linearNumValueHeads;
-  const dk = cfg.linearKeyHeadDim;
-  const dv = cfg.linearValueHeadDim;
+  const d = gdnDims(w, layer);
+  const { convDim, keyDim, valueDim, K, Hk, Hv, dk } = d;
   const T = x.shape[3];
-  const p = `layers.${layer}.linear_attn.`;
 
-  const { qkv, z, b: betaLogit, a } = await gdnProjections(w, layer, x); // [1, ·, 1, T]
+  const { qkv, z, b: betaLogit, a } = await gdnProjections(w, d, x); // [1, ·, 1, T]
 
   // causal depthwise conv over [K-1 cached columns | T tokens]: K shifted slices times their tap
   const columns = b.reshape({ x: qkv, shape: [1, convDim, T], name: "cols" });
   const window = b.concat({ values: [state.conv, columns], axis: 2, name: "window" }); // [1, convDim, T+K-1]
-  const convW = w.tensorConstant(`${p}conv1d.weight`, await w.float32(`${p}conv1d.weight`), [1, convDim, K]);
+  const convW = await gdnConvTaps(w, d);
   let acc: MilVar | undefined;
   for (let k = 0; k < K; k++) {
     const shifted = b.sliceByIndex({
@@ -112,12 +107,11 @@ export async function gdnChunkLayer(
   });
 
   // q, k: per-head L2 norm over dk (q also ×1/√dk and the fp16 scale); value head j takes q/k head floor(j / r)
-  const r = Hv / Hk;
   const repeat = (t: MilVar, name: string) =>
-    r === 1
+    d.r === 1
       ? t
       : b.reshape({
-          x: b.concat({ values: new Array<MilVar>(r).fill(t), axis: 2, name: `${name}_rep` }), // [1, Hk, r·T, dk]
+          x: b.concat({ values: new Array<MilVar>(d.r).fill(t), axis: 2, name: `${name}_rep` }), // [1, Hk, r·T, dk]
           shape: [1, Hv, T, dk],
           name,
         });
@@ -136,7 +130,7 @@ export async function gdnChunkLayer(
     y: chunk.valid,
     name: "beta",
   });
-  const { negA, dtBias } = await gdnDecayConstants(w, layer);
+  const { negA, dtBias } = await gdnDecayConstants(w, d);
   const aRows = b.reshape({ x: a, shape: [1, Hv, T, 1], name: "a_rows" });
   const sp = softplusStable(b, b.add({ x: aRows, y: dtBias, name: "a_dt" }), "softplus");
   const g = b.mul({ x: b.mul({ x: negA, y: sp, name: "g_raw" }), y: chunk.valid, name: "g" }); // ≤ 0
@@ -144,19 +138,17 @@ export async function gdnChunkLayer(
   const run = chunk.form === "scan" ? scanRule : wyRule;
   const { o, rec } = run(w, { q, k, v, beta, g, S: state.rec }, chunk.wyChunk); // o [1, Hv, T, dv] (×1024)
 
-  // gated RMSNorm per value head (as gdn.ts), then back to channels-first for out_proj
-  const gNorm = w.tensorConstant(`${p}norm.weight`, await w.float32(`${p}norm.weight`), [dv]);
-  const normed = rmsNormAne(b, o, {
-    axis: 3,
-    eps: cfg.rmsNormEps * GDN_NORM_EPS_SCALE,
-    gamma: gNorm,
-    name: "norm",
-  });
-  const zRows = headsRows(w, z, Hv, "z_heads"); // [1, Hv, T, dv]
-  const gated = b.mul({ x: normed, y: siluTanh(b, zRows, "z_act"), name: "gated" });
-  const back = b.transpose({ x: gated, perm: [0, 1, 3, 2], name: "gated_hd" }); // [1, Hv, dv, T]
-  const flat = b.reshape({ x: back, shape: [1, valueDim, 1, T], name: "flat" });
-  const out = conv1x1(b, flat, await w.conv1x1Weight(`${p}out_proj.weight`), "out"); // [1, D, 1, T]
+  // as gdn.ts, in token rows: back to channels-first for out_proj
+  const out = await gdnGatedOutput(
+    w,
+    d,
+    o,
+    () => headsRows(w, z, Hv, "z_heads"), // [1, Hv, T, dv]
+    (gated) => {
+      const back = b.transpose({ x: gated, perm: [0, 1, 3, 2], name: "gated_hd" }); // [1, Hv, dv, T]
+      return b.reshape({ x: back, shape: [1, valueDim, 1, T], name: "flat" });
+    },
+  ); // [1, D, 1, T]
   return { out, conv: convNext, rec };
 }
 

@@ -45,16 +45,52 @@ export function l2norm(w: GraphWeights, x: MilVar, scale: number, name: string):
   return scale === 1 ? unit : b.mul({ x: unit, y: scalar(scale, x), name });
 }
 
+/**
+ * One GDN layer's sizes and the prefix of its tensors' names, as the decode step and the prefill
+ * chunk (gdn-chunked.ts) both read them.
+ */
+export interface GdnDims {
+  readonly convDim: number;
+  readonly keyDim: number;
+  readonly valueDim: number;
+  /** Conv kernel width (the window holds K − 1 cached columns). */
+  readonly K: number;
+  readonly Hk: number;
+  readonly Hv: number;
+  readonly dk: number;
+  readonly dv: number;
+  /** Value heads per q/k head. */
+  readonly r: number;
+  /** `layers.{layer}.linear_attn.` */
+  readonly prefix: string;
+}
+
+export function gdnDims(w: GraphWeights, layer: number): GdnDims {
+  const cfg = w.source.config;
+  const Hk = cfg.linearNumKeyHeads;
+  const Hv = cfg.linearNumValueHeads;
+  return {
+    convDim: cfg.convDim,
+    keyDim: cfg.keyDim,
+    valueDim: cfg.valueDim,
+    K: cfg.linearConvKernelDim,
+    Hk,
+    Hv,
+    dk: cfg.linearKeyHeadDim,
+    dv: cfg.linearValueHeadDim,
+    r: Hv / Hk,
+    prefix: `layers.${layer}.linear_attn.`,
+  };
+}
+
 /** The four input projections of x [1, D, 1, T]: qkv [1, convDim, 1, T], z [1, Hv·dv, 1, T], b and a [1, Hv, 1, T]. */
 export async function gdnProjections(
   w: GraphWeights,
-  layer: number,
+  d: GdnDims,
   x: MilVar,
 ): Promise<{ qkv: MilVar; z: MilVar; b: MilVar; a: MilVar }> {
-  const b = w.b;
-  const p = `layers.${layer}.linear_attn.`;
   const proj = async (name: string, as: string) =>
-    conv1x1(b, x, await w.conv1x1Weight(`${p}${name}.weight`), as);
+    conv1x1(w.b, x, await w.conv1x1Weight(`${d.prefix}${name}.weight`), as);
   return {
     qkv: await proj("in_proj_qkv", "qkv"),
     z: await proj("in_proj_z", "z"),
@@ -63,20 +99,46 @@ export async function gdnProjections(
   };
 }
 
+/** The depthwise conv's taps [C, 1, K] as [1, C, K]. */
+export async function gdnConvTaps(w: GraphWeights, d: GdnDims): Promise<MilVar> {
+  const name = `${d.prefix}conv1d.weight`;
+  return w.tensorConstant(name, await w.float32(name), [1, d.convDim, d.K]);
+}
+
 /** −exp(A_log) (folded in fp32) and dt_bias, each [1, Hv, 1, 1]: g = −exp(A_log)·softplus(a + dt_bias). */
 export async function gdnDecayConstants(
   w: GraphWeights,
-  layer: number,
+  d: GdnDims,
 ): Promise<{ negA: MilVar; dtBias: MilVar }> {
-  const p = `layers.${layer}.linear_attn.`;
-  const Hv = w.source.config.linearNumValueHeads;
+  const p = d.prefix;
   const aLog = await w.float32(`${p}A_log`);
   const negA = w.constant(
     Float32Array.from(aLog, (v) => -Math.exp(v)),
-    [1, Hv, 1, 1],
+    [1, d.Hv, 1, 1],
     "neg_exp_A",
   );
-  return { negA, dtBias: w.tensorConstant(`${p}dt_bias`, await w.float32(`${p}dt_bias`), [1, Hv, 1, 1]) };
+  return { negA, dtBias: w.tensorConstant(`${p}dt_bias`, await w.float32(`${p}dt_bias`), [1, d.Hv, 1, 1]) };
+}
+
+/**
+ * The output: gated RMSNorm per value head, rmsnorm(o)·w·silu(z) — its eps ×1024² cancels the
+ * 1024× scale of o exactly — then out_proj. o and `z()` (the gate, made after the norm) share one
+ * per-head layout; `flat` takes the gated heads back to channels-first [1, Hv·dv, 1, T].
+ */
+export async function gdnGatedOutput(
+  w: GraphWeights,
+  d: GdnDims,
+  o: MilVar,
+  z: () => MilVar,
+  flat: (gated: MilVar) => MilVar,
+): Promise<MilVar> {
+  const b = w.b;
+  const name = `${d.prefix}norm.weight`;
+  const gNorm = w.tensorConstant(name, await w.float32(name), [d.dv]); // plain weight, no 1 +
+  const eps = w.source.config.rmsNormEps * GDN_NORM_EPS_SCALE;
+  const normed = rmsNormAne(b, o, { axis: 3, eps, gamma: gNorm, name: "norm" });
+  const gated = b.mul({ x: normed, y: siluTanh(b, z(), "z_act"), name: "gated" });
+  return conv1x1(b, flat(gated), await w.conv1x1Weight(`${d.prefix}out_proj.weight`), "out"); // [1, D, 1, T]
 }
 
 /** x [1, D, 1, 1] (already input-normed) → the mixer output and the next states. */
@@ -87,15 +149,10 @@ export async function gdnLayer(
   state: GdnStateIn,
 ): Promise<GdnStep> {
   const b = w.b;
-  const cfg = w.source.config;
-  const { convDim, keyDim, valueDim, linearConvKernelDim: K } = cfg;
-  const Hk = cfg.linearNumKeyHeads;
-  const Hv = cfg.linearNumValueHeads;
-  const dk = cfg.linearKeyHeadDim;
-  const dv = cfg.linearValueHeadDim;
-  const p = `layers.${layer}.linear_attn.`;
+  const d = gdnDims(w, layer);
+  const { convDim, keyDim, valueDim, K, Hk, Hv, dk, dv } = d;
 
-  const { qkv, z, b: betaLogit, a } = await gdnProjections(w, layer, x);
+  const { qkv, z, b: betaLogit, a } = await gdnProjections(w, d, x);
   const beta = b.sigmoid({ x: betaLogit, name: "beta" }); // [1, Hv, 1, 1]
 
   // causal depthwise conv over the window [K-1 cached columns | this token], then SiLU
@@ -107,8 +164,7 @@ export async function gdnLayer(
     end: [1, convDim, K],
     name: "conv_next",
   }); // [1, convDim, K-1]
-  const convW = w.tensorConstant(`${p}conv1d.weight`, await w.float32(`${p}conv1d.weight`), [1, convDim, K]); // [C, 1, K] → [1, C, K]
-  const taps = b.mul({ x: window, y: convW, name: "taps" });
+  const taps = b.mul({ x: window, y: await gdnConvTaps(w, d), name: "taps" });
   const mixed = siluTanh(b, b.reduceSum({ x: taps, axes: [2], keepDims: true, name: "conv" }), "conv_act"); // [1, convDim, 1]
   const [qRaw, kRaw, vRaw] = b.split({
     x: mixed,
@@ -118,16 +174,15 @@ export async function gdnLayer(
   });
 
   // q, k: per-head L2 norm (q also ×1/√dk and the fp16 scale), then value head j takes q/k head floor(j / r)
-  const r = Hv / Hk;
   const qHeads = b.reshape({ x: qRaw, shape: [1, Hk, 1, dk], name: "q_heads" });
   const kHeads = b.reshape({ x: kRaw, shape: [1, Hk, 1, dk], name: "k_heads" });
-  const q = repeatInterleaveHeads(b, l2norm(w, qHeads, GDN_Q_SCALE / Math.sqrt(dk), "q_norm"), r, "q"); // [1, Hv, dk, 1]
-  const k = repeatInterleaveHeads(b, l2norm(w, kHeads, 1, "k_norm"), r, "k"); // [1, Hv, dk, 1]
+  const q = repeatInterleaveHeads(b, l2norm(w, qHeads, GDN_Q_SCALE / Math.sqrt(dk), "q_norm"), d.r, "q"); // [1, Hv, dk, 1]
+  const k = repeatInterleaveHeads(b, l2norm(w, kHeads, 1, "k_norm"), d.r, "k"); // [1, Hv, dk, 1]
   const vHeads = b.reshape({ x: vRaw, shape: [1, Hv, 1, dv], name: "v_heads" });
   const v = b.mul({ x: vHeads, y: scalar(GDN_V_SCALE, vHeads), name: "v" }); // [1, Hv, 1, dv]
 
   // decay: g = −exp(A_log)·softplus(a + dt_bias) ≤ 0
-  const { negA, dtBias } = await gdnDecayConstants(w, layer);
+  const { negA, dtBias } = await gdnDecayConstants(w, d);
   const sp = softplusStable(b, b.add({ x: a, y: dtBias, name: "a_dt" }), "softplus");
   const decay = b.exp({ x: b.mul({ x: negA, y: sp, name: "g" }), name: "decay" }); // [1, Hv, 1, 1]
 
@@ -148,17 +203,12 @@ export async function gdnLayer(
     name: "o",
   }); // [1, Hv, 1, dv], ×1024
 
-  // gated RMSNorm per value head: rmsnorm(o)·w·silu(z); eps ×1024² cancels the 1024× scale of o exactly
-  const gNorm = w.tensorConstant(`${p}norm.weight`, await w.float32(`${p}norm.weight`), [dv]); // plain weight, no 1 +
-  const normed = rmsNormAne(b, o, {
-    axis: 3,
-    eps: cfg.rmsNormEps * GDN_NORM_EPS_SCALE,
-    gamma: gNorm,
-    name: "norm",
-  });
-  const zHeads = b.reshape({ x: z, shape: [1, Hv, 1, dv], name: "z_heads" });
-  const gated = b.mul({ x: normed, y: siluTanh(b, zHeads, "z_act"), name: "gated" });
-  const flat = b.reshape({ x: gated, shape: [1, valueDim, 1, 1], name: "flat" });
-  const out = conv1x1(b, flat, await w.conv1x1Weight(`${p}out_proj.weight`), "out"); // [1, D, 1, 1]
+  const out = await gdnGatedOutput(
+    w,
+    d,
+    o,
+    () => b.reshape({ x: z, shape: [1, Hv, 1, dv], name: "z_heads" }),
+    (gated) => b.reshape({ x: gated, shape: [1, valueDim, 1, 1], name: "flat" }),
+  ); // [1, D, 1, 1]
   return { out, conv: convNext, rec: recNext };
 }

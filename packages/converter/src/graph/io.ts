@@ -1,23 +1,9 @@
 /**
+ * Splitting a dimension wider than the ANE takes into pieces (the lm_head's vocabulary, wide MLPs).
  * The I/O contract of a built component (ComponentIO: every input, output and state with shape,
- * dtype and role; the mask rule; the argmax pick) lives in ir's chain.ts so that runtimes read it
- * without depending on the converter. Re-exported here, with the converter's vocabulary split.
+ * dtype and role) lives in ir's chain so that runtimes read it without depending on the converter.
  */
 import type { LmHeadPiece } from "@anemll-qwen35/ir/chain";
-
-export {
-  argmaxToken,
-  type ComponentIO,
-  type ComponentKind,
-  decodeMask,
-  type GraphDType,
-  type IoDType,
-  type IoRole,
-  type IoTensor,
-  type KvPlacement,
-  type LmHeadPiece,
-  type MaskRule,
-} from "@anemll-qwen35/ir/chain";
 
 /**
  * Splits `total` rows (or channels) into the fewest pieces of at most `maxRows`, as even as

@@ -5,8 +5,8 @@
  * lm_head vocabulary, wide MLPs); this check names whatever still breaks the limit.
  */
 import type { MilFunction, TensorType } from "@anemll-qwen35/ir/mil";
+import { AneLimitError } from "../errors.js";
 import { ANE_MAX_DIM } from "./ane.js";
-import { AneLimitError } from "./errors.js";
 
 const CHECKED = new Set(["conv", "matmul", "linear"]);
 

@@ -10,12 +10,13 @@
  * `argmax`, each piece reduces to its top-1 index and value in-graph, so only 2·k numbers leave
  * the device instead of the vocabulary's logits.
  */
+import type { ComponentIO, IoTensor } from "@anemll-qwen35/ir/chain";
 import { type MilVar, tensorType } from "@anemll-qwen35/ir/mil";
+import type { ResolvedOptions } from "../options.js";
+import { pieceUnit } from "../quant/plan.js";
 import { conv1x1 } from "./ane.js";
-import { type ComponentIO, type IoTensor, planPieces } from "./io.js";
+import { planPieces } from "./io.js";
 import { rmsNorm1p } from "./norms.js";
-import type { ResolvedOptions } from "./options.js";
-import { lutGroupSize } from "./quant.js";
 import type { GraphWeights } from "./weights.js";
 
 /** hidden [1, D, 1, 1] → logits_i [1, rows_i], or argmax_idx int32 [k] and argmax_val [k]. */
@@ -29,22 +30,14 @@ export async function buildLmHead(w: GraphWeights, o: ResolvedOptions): Promise<
 
   const head = await w.stored("lm_head"); // [V, D]; the embedding when tied
   const V = head.shape[0];
-  const q = w.quantOf("lm_head");
-  const unit = q.kind === "lut" && !q.perTensor ? lutGroupSize(o.quant, q) : 8; // pieces in whole LUT groups
-  const pieces = planPieces(V, o.lmHeadMaxRows, unit);
+  const pieces = planPieces(V, o.lmHeadMaxRows, pieceUnit(o.quant.tensor("lm_head").encoding));
 
   const outs: IoTensor[] = [];
   const idx: MilVar[] = [];
   const val: MilVar[] = [];
   for (const [i, piece] of pieces.entries()) {
-    const weight = await w.encodeRows(
-      head,
-      piece.rowOffset,
-      piece.rowOffset + piece.rows,
-      [D, 1, 1],
-      "lm_head",
-      `lm_head_${i}_weight`,
-    );
+    const rows = { start: piece.rowOffset, end: piece.rowOffset + piece.rows, tail: [D, 1, 1] };
+    const weight = await w.encodeRows(head, rows, "lm_head", `lm_head_${i}_weight`);
     const y = conv1x1(b, x, weight, `lm_head_${i}`); // [1, rows, 1, 1]
     const logits = b.reshape({ x: y, shape: [1, piece.rows], name: `logits_${i}_flat` });
     if (o.argmax) {

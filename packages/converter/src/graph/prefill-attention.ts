@@ -6,30 +6,30 @@
  * rows returned for the KV cache (io) or the state write (mlstate).
  */
 import type { MilBuilder, MilVar } from "@anemll-qwen35/ir/mil";
-import { conv1x1, scalar } from "./ane.js";
+import { scalar } from "./ane.js";
 import {
-  type AttentionForm,
+  type AttentionInputs,
   type AttentionStep,
+  attentionSetup,
   gatedOutput,
   type KvCache,
   normAndRope,
-  type RopeRow,
 } from "./attention.js";
 import type { GraphWeights } from "./weights.js";
 
 /**
- * q [1, Hkv, G·T, hd] (row g·T + t: query head j·G + g at chunk token t), mask [1, 1, T, ctx + T]
- * (the cache rows, then the chunk's) → [1, Hkv, G·T, hd].
+ * q [1, Hkv, G·T, hd] (row g·T + t: query head j·G + g at chunk token t) against the cache and
+ * the chunk's k/v (`fresh`, [1, Hkv, T, hd]), mask [1, 1, T, ctx + T] (the cache rows, then the
+ * chunk's) → [1, Hkv, G·T, hd]. The bench-only "matmul-joined" core has no chunk form: its
+ * prefill is the matmul form's.
  */
 function attendChunk(
   b: MilBuilder,
-  form: AttentionForm,
   q: MilVar,
-  cache: KvCache,
-  kNew: MilVar,
-  vNew: MilVar,
-  mask: MilVar,
+  fresh: KvCache,
+  { form, cache, mask }: AttentionInputs,
 ): MilVar {
+  const { k: kNew, v: vNew } = fresh;
   const [, Hkv, GT, hd] = q.shape;
   const T = kNew.shape[2];
   const G = GT / T;
@@ -66,45 +66,44 @@ function attendChunk(
   return b.add({ x: oCache, y: oNew, name: "attn" });
 }
 
-/** x [1, D, 1, T] (already input-normed) → the mixer output [1, D, 1, T] and the chunk's k/v rows [1, Hkv, T, hd]. */
+/**
+ * x [1, D, 1, T] (already input-normed), mask [1, 1, T, ctx + T] → the mixer output [1, D, 1, T]
+ * and the chunk's k/v rows [1, Hkv, T, hd].
+ */
 export async function attentionChunkLayer(
   w: GraphWeights,
   layer: number,
   x: MilVar,
-  rope: RopeRow,
-  mask: MilVar,
-  cache: KvCache,
-  form: AttentionForm,
+  at: AttentionInputs,
 ): Promise<AttentionStep> {
-  const b = w.b;
-  const cfg = w.source.config;
-  const H = cfg.numAttentionHeads;
-  const Hkv = cfg.numKeyValueHeads;
-  const hd = cfg.headDim;
-  const G = H / Hkv;
   const T = x.shape[3];
-  const p = `layers.${layer}.self_attn.`;
-  /** [1, n·d, 1, T] → [1, n, T, d] */
-  const rows = (t: MilVar, n: number, d: number, name: string) =>
-    b.transpose({
-      x: b.reshape({ x: t, shape: [1, n, d, T], name: `${name}_hd` }),
-      perm: [0, 1, 3, 2],
-      name,
-    });
+  const b = w.b;
+  const a = attentionSetup(w, layer, x);
+  const { H, Hkv, hd, G } = a;
 
   // q_proj: per head [q_h | gate_h] along the channels
-  const qg = conv1x1(b, x, await w.conv1x1Weight(`${p}q_proj.weight`), "qg"); // [1, 2·H·hd, 1, T]
-  const qgHeads = b.reshape({ x: qg, shape: [1, H, 2 * hd, T], name: "qg_heads" });
+  const qgHeads = b.reshape({
+    x: await a.project("q_proj", "qg"),
+    shape: [1, H, 2 * hd, T],
+    name: "qg_heads",
+  });
   const qCols = b.sliceByIndex({ x: qgHeads, begin: [0, 0, 0, 0], end: [1, H, hd, T], name: "q_cols" });
   const gate = b.sliceByIndex({ x: qgHeads, begin: [0, 0, hd, 0], end: [1, H, 2 * hd, T], name: "gate" }); // [1, H, hd, T]
   const qRaw = b.transpose({ x: qCols, perm: [0, 1, 3, 2], name: "q_raw" }); // [1, H, T, hd]
-  const kRaw = rows(conv1x1(b, x, await w.conv1x1Weight(`${p}k_proj.weight`), "k_proj"), Hkv, hd, "k_raw");
-  const vNew = rows(conv1x1(b, x, await w.conv1x1Weight(`${p}v_proj.weight`), "v_proj"), Hkv, hd, "v_new");
+  /** [1, Hkv·hd, 1, T] → [1, Hkv, T, hd] */
+  const rows = async (name: "k_proj" | "v_proj", as: string) =>
+    b.transpose({
+      x: b.reshape({ x: await a.project(name, name), shape: [1, Hkv, hd, T], name: `${as}_hd` }),
+      perm: [0, 1, 3, 2],
+      name: as,
+    });
+  const kRaw = await rows("k_proj", "k_raw");
+  const vNew = await rows("v_proj", "v_new");
 
-  const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, rope);
+  const { q, kNew } = await normAndRope(w, layer, qRaw, kRaw, at.rope);
 
   const qGroups = b.reshape({ x: q, shape: [1, Hkv, G * T, hd], name: "q_groups" });
-  const o = attendChunk(b, form, qGroups, cache, kNew, vNew, mask); // [1, Hkv, G·T, hd]
+  const o = attendChunk(b, qGroups, { k: kNew, v: vNew }, at); // [1, Hkv, G·T, hd]
   const oHeads = b.reshape({ x: o, shape: [1, H, T, hd], name: "o_heads" });
   const oFlat = b.reshape({
     x: b.transpose({ x: oHeads, perm: [0, 1, 3, 2], name: "o_hd" }),

@@ -1,26 +1,24 @@
 /**
- * Weights into the graph, one checkpoint tensor at a time: read (stored dtype), convert the rows
- * needed to fp32, fold what the conversion folds (norm gains, −exp(A_log)), encode per role
- * (plain / LUT / int8) and hand the result to the builder, which streams it to the BlobSink when
- * it has one. Nothing keeps a reference to a tensor after its constant is made, so peak memory is
- * about one stored tensor plus its encoded form.
+ * Weights into the graph, one checkpoint tensor at a time: canonical tensor → MIL constant. Reads
+ * the stored tensor, folds what the conversion folds (norm gains, −exp(A_log): the callers), has
+ * the encoder (quant/encode.ts) store it as the quantization plan says, and makes the constant —
+ * `const`, `constexpr_lut_to_dense` or `constexpr_blockwise_shift_scale` — which the builder
+ * streams to its BlobSink when it has one. Nothing keeps a reference to a tensor after its
+ * constant is made, so peak memory is about one stored tensor plus its encoded form.
  */
-import { createHash } from "node:crypto";
-import { crc32 } from "node:zlib";
-import {
-  AnemllError,
-  bf16BitsToF32,
-  f16BitsToF32,
-  fromFloat32,
-  type Tensor,
-  toFloat32,
-} from "@anemll-qwen35/core";
+import { AnemllError, f16BitsToF32, type Tensor } from "@anemll-qwen35/core";
 import { type Qwen35Config, type Qwen35Parameter, qwen35ParameterMap } from "@anemll-qwen35/ir/checkpoint";
 import type { MilBuilder, MilData, MilDType, MilVar } from "@anemll-qwen35/ir/mil";
-import type { KmeansPool } from "../kmeans-pool.js";
-import { palettize, type ReconstructionError, reconstructionErrorOf } from "../palettize.js";
-import { dequantizeInt8, quantizeInt8 } from "../quantize-int8.js";
-import { lutGroupSize, type QuantPolicy, quantFor, type WeightQuant, type WeightTarget } from "./quant.js";
+import { WeightEncodingError } from "../errors.js";
+import {
+  type EncodedWeight,
+  type EncodeOptions,
+  encodedWeightKey,
+  encodeWeight,
+  type RowRange,
+  rowsFloat32,
+} from "../quant/encode.js";
+import type { QuantPlan } from "../quant/plan.js";
 
 /**
  * Where weights come from: canonical names (see ir's checkpoint/weights.ts) → stored tensors.
@@ -53,17 +51,10 @@ export interface WeightEncodingReport {
   readonly reused?: boolean;
 }
 
-export interface GraphWeightsOptions {
-  readonly dtype: "fp16" | "fp32";
-  readonly quant: QuantPolicy;
+export interface GraphWeightsOptions extends EncodeOptions {
+  /** How each tensor is stored (quant/plan.ts). */
+  readonly quant: QuantPlan;
   readonly onWeight?: (r: WeightEncodingReport) => void;
-  readonly signal?: AbortSignal;
-  /** 1 = k-means on the main thread only (default: the pool's workers). */
-  readonly workers?: number;
-  /** Worker pool for k-means (default: palettize's process-wide pool). */
-  readonly pool?: KmeansPool;
-  /** Rows are converted to fp32 about this many values at a time (default 16 Mi). */
-  readonly chunkElements?: number;
   /** Keeps k-means results for a resumed conversion (convert's TensorJournal). */
   readonly store?: EncodedWeightStore;
   /**
@@ -84,42 +75,6 @@ export interface EncodedWeightStore {
 /** Canonical tensor name → MIL identifier ("layers.3.self_attn.q_proj.weight" → "layers_3_self_attn_q_proj_weight"). */
 export function milName(canonical: string): string {
   return canonical.replace(/[^A-Za-z0-9_]/g, "_");
-}
-
-function gcd(a: number, b: number): number {
-  return b === 0 ? a : gcd(b, a % b);
-}
-
-/** Rows are converted to fp32 about this many values at a time, by default. */
-const CHUNK_ELEMENTS = 1 << 24;
-
-/** Running reconstruction error over chunks. */
-class ErrorSum {
-  private se = 0;
-  private norm = 0;
-  private maxAbs = 0;
-
-  add(original: Float32Array, approx: Float32Array): void {
-    for (let i = 0; i < original.length; i++) this.addRepeated(original[i], approx[i], 1);
-  }
-
-  /** `count` elements of value `original` stored as `approx`. */
-  addRepeated(original: number, approx: number, count: number): void {
-    const d = original - approx;
-    this.se += count * d * d;
-    this.norm += count * original * original;
-    if (Math.abs(d) > this.maxAbs) this.maxAbs = Math.abs(d);
-  }
-
-  result(n: number): ReconstructionError {
-    return { mse: this.se / n, relative: Math.sqrt(this.se / (this.norm || 1)), maxAbs: this.maxAbs };
-  }
-}
-
-/** The values of rows [start, end) of a 2-D stored tensor as fp32 (exact for bf16/fp16). */
-export function rowsFloat32(t: Tensor, start: number, end: number): Float32Array {
-  const cols = t.shape.slice(1).reduce((a, b) => a * b, 1);
-  return toFloat32(t.dtype, t.data.subarray(start * cols, end * cols) as Tensor["data"]);
 }
 
 export class GraphWeights {
@@ -185,24 +140,14 @@ export class GraphWeights {
     return this.constants.get(constName);
   }
 
-  /** The tensor as the quantization policy sees it (a tied head is the lm_head, not the embedding). */
-  target(canonical: string): WeightTarget {
-    return { canonical, role: canonical === "lm_head" ? "lm_head" : this.param(canonical).role };
-  }
-
-  /** How the policy stores `canonical`. */
-  quantOf(canonical: string): WeightQuant {
-    return quantFor(this.opts.quant, this.target(canonical));
-  }
-
   /**
    * A projection weight [Cout, Cin] as a 1×1 conv weight [Cout, Cin, 1, 1] (channels-first
-   * layout, see ane.ts), stored as the policy says.
+   * layout, see ane.ts), stored as the plan says.
    */
   async conv1x1Weight(canonical: string): Promise<MilVar> {
     const t = await this.projection(canonical);
     const [cout, cin] = t.shape;
-    return this.encodeRows(t, 0, cout, [cin, 1, 1], canonical, milName(canonical));
+    return this.encodeRows(t, { start: 0, end: cout, tail: [cin, 1, 1] }, canonical, milName(canonical));
   }
 
   /**
@@ -219,8 +164,10 @@ export class GraphWeights {
     const t = await this.projection(canonical);
     const [cout, cin] = t.shape;
     const name = `${milName(canonical)}_${suffix}`;
-    if (along === "rows")
-      return this.encodeRows(t, piece.rowOffset, piece.rowOffset + piece.rows, [cin, 1, 1], canonical, name);
+    if (along === "rows") {
+      const rows = { start: piece.rowOffset, end: piece.rowOffset + piece.rows, tail: [cin, 1, 1] };
+      return this.encodeRows(t, rows, canonical, name);
+    }
     const data = t.data.constructor as new (n: number) => Tensor["data"];
     const cols = new data(cout * piece.rows);
     for (let r = 0; r < cout; r++) {
@@ -228,7 +175,7 @@ export class GraphWeights {
       cols.set(t.data.subarray(from, from + piece.rows) as never, r * piece.rows);
     }
     const part: Tensor = { dtype: t.dtype, shape: [cout, piece.rows], data: cols };
-    return this.encodeRows(part, 0, cout, [piece.rows, 1, 1], canonical, name);
+    return this.encodeRows(part, { start: 0, end: cout, tail: [piece.rows, 1, 1] }, canonical, name);
   }
 
   private async projection(canonical: string): Promise<Tensor> {
@@ -238,48 +185,31 @@ export class GraphWeights {
   }
 
   /**
-   * Encodes rows [start, end) of a stored matrix (first dimension = output channel) as a weight
-   * of shape [end − start, ...tail] and returns the dense weight var: a const, or the output of
-   * a constexpr decompression op. Rows are converted to fp32 in chunks (whole groups), so a
-   * vocabulary-sized table never exists in fp32 at once — except for a per-tensor LUT, whose
-   * k-means needs every value. `canonical` names the tensor whose encoding the policy decides.
+   * Rows `rows` of a stored matrix (first dimension = output channel) as the weight `name`, stored
+   * as the plan says for `canonical`: the dense weight var — a const, or the output of a
+   * constexpr decompression op.
    */
-  async encodeRows(
-    t: Tensor,
-    start: number,
-    end: number,
-    tail: readonly number[],
-    canonical: string,
-    name: string,
-  ): Promise<MilVar> {
+  async encodeRows(t: Tensor, rows: RowRange, canonical: string, name: string): Promise<MilVar> {
     try {
       // weights are named for their tensor, not for where the graph uses them
-      return await this.b.unscoped(() => this.encodeUnchecked(t, start, end, tail, canonical, name));
+      return await this.b.unscoped(() => this.encodeUnchecked(t, rows, canonical, name));
     } catch (e) {
       if (e instanceof WeightEncodingError || this.opts.signal?.aborted) throw e;
       throw new WeightEncodingError(name, e);
     }
   }
 
-  private async encodeUnchecked(
-    t: Tensor,
-    start: number,
-    end: number,
-    tail: readonly number[],
-    canonical: string,
-    name: string,
-  ): Promise<MilVar> {
-    const target = this.target(canonical);
-    const adopted = this.adoptShared(name, [end - start, ...tail]);
+  private async encodeUnchecked(t: Tensor, rows: RowRange, canonical: string, name: string): Promise<MilVar> {
+    const adopted = this.adoptShared(name, [rows.end - rows.start, ...rows.tail]);
     if (adopted) {
       this.constants.set(adopted.name, canonical);
       return adopted;
     }
-    const q = quantFor(this.opts.quant, target);
-    const store = q.kind === "lut" ? this.opts.store : undefined;
-    const key = store ? this.weightKey(t, start, end, tail, q, name) : "";
+    const planned = this.opts.quant.tensor(canonical);
+    const store = planned.encoding.kind === "lut" ? this.opts.store : undefined;
+    const key = store ? encodedWeightKey(t, rows, planned, name, this.dtype) : "";
     const reused = store ? await store.reuse(key) : undefined;
-    const e = reused ?? (await this.encodeData(t, start, end, tail, q));
+    const e = reused ?? (await encodeWeight(t, rows, planned, this.opts));
     const dtype = this.dtype;
     const lutDtype = (bits: Uint16Array) => (dtype === "fp16" ? bits : Float32Array.from(bits, f16BitsToF32));
     let v: MilVar;
@@ -306,7 +236,7 @@ export class GraphWeights {
     this.opts.onWeight?.({
       name,
       tensor: canonical,
-      role: target.role,
+      role: planned.role,
       encoding,
       shape,
       bits,
@@ -314,211 +244,5 @@ export class GraphWeights {
       reused: reused !== undefined,
     });
     return v;
-  }
-
-  /** What a k-means result depends on: the tensor's stored rows (by checksum) and the encoding. */
-  private weightKey(
-    t: Tensor,
-    start: number,
-    end: number,
-    tail: readonly number[],
-    q: WeightQuant,
-    name: string,
-  ): string {
-    const cols = t.shape.slice(1).reduce((a, b) => a * b, 1);
-    const d = t.data as Exclude<Tensor["data"], BigInt64Array>;
-    const rows = d.subarray(start * cols, end * cols);
-    const stored = crc32(new Uint8Array(rows.buffer, rows.byteOffset, rows.byteLength));
-    const groupSize = q.kind === "lut" ? lutGroupSize(this.opts.quant, q) : 0;
-    return createHash("sha256")
-      .update(
-        JSON.stringify({
-          name,
-          dtype: t.dtype,
-          shape: t.shape,
-          start,
-          end,
-          tail,
-          q,
-          groupSize,
-          graph: this.dtype,
-          stored,
-        }),
-      )
-      .digest("hex");
-  }
-
-  /** Rows [start, end) of `t` encoded as `q` says (no graph op yet). */
-  private async encodeData(
-    t: Tensor,
-    start: number,
-    end: number,
-    tail: readonly number[],
-    q: WeightQuant,
-  ): Promise<EncodedWeight> {
-    const rows = end - start;
-    const cols = tail.reduce((a, b) => a * b, 1);
-    const shape = [rows, ...tail];
-    const stored16 = t.dtype === "bf16" || t.dtype === "f16";
-    /**
-     * Calls `each` over row chunks of about CHUNK_ELEMENTS values, `align` rows at a time, with
-     * the rows as stored (bf16/f16) or as fp32.
-     */
-    const chunks = async (
-      align: number,
-      each: (first: number, count: number, values: StoredRows) => Promise<void> | void,
-    ) => {
-      const budget = this.opts.chunkElements ?? CHUNK_ELEMENTS;
-      const step = Math.max(align, Math.floor(budget / cols / align) * align);
-      for (let r = 0; r < rows; r += step) {
-        this.opts.signal?.throwIfAborted();
-        const count = Math.min(step, rows - r);
-        const a = (start + r) * cols;
-        const values: StoredRows = stored16
-          ? { dtype: t.dtype as "bf16" | "f16", data: (t.data as Uint16Array).subarray(a, a + count * cols) }
-          : rowsFloat32(t, start + r, start + r + count);
-        await each(r, count, values);
-      }
-    };
-    if (q.kind === "lut") {
-      const wanted = lutGroupSize(this.opts.quant, q);
-      // a group must divide the output channels: tiny projections (Hv rows) get gcd(rows, group)
-      const groupSize = q.perTensor ? rows : gcd(rows, wanted);
-      const k = 2 ** q.bits;
-      const groups = rows / groupSize;
-      const indices = new Uint8Array(rows * cols);
-      const lut = new Uint16Array(groups * k);
-      const groupErrors = new Float64Array(groups * 3);
-      let lutShape: readonly number[] = [];
-      await chunks(groupSize, async (first, count, values) => {
-        const p = await palettize(values, [count, ...tail], {
-          bits: q.bits,
-          groupSize,
-          workers: this.opts.workers,
-          pool: this.opts.pool,
-          signal: this.opts.signal,
-        });
-        indices.set(p.indices, first * cols);
-        lut.set(p.lut, (first / groupSize) * k);
-        groupErrors.set(p.groupErrors, (first / groupSize) * 3);
-        lutShape = [groups, ...p.lutShape.slice(1)];
-      });
-      return {
-        kind: "lut",
-        shape,
-        indices,
-        lut,
-        lutShape,
-        bits: q.bits,
-        encoding: q.perTensor ? `lut${q.bits},per-tensor` : `lut${q.bits},g${groupSize}`,
-        error: reconstructionErrorOf({ groupErrors, indices }),
-      };
-    }
-    const err = new ErrorSum();
-    if (q.kind === "int8") {
-      const blockSize = q.blockSize ?? tail[0];
-      const blocks = tail[0] / blockSize;
-      const data = new Int8Array(rows * cols);
-      const scale = new Uint16Array(rows * blocks);
-      await chunks(1, (first, count, stored) => {
-        const values = stored instanceof Float32Array ? stored : toFloat32(stored.dtype, stored.data);
-        const qi = quantizeInt8(values, [count, ...tail], blockSize);
-        data.set(qi.data, first * cols);
-        scale.set(qi.scale, first * blocks);
-        err.add(values, dequantizeInt8(qi));
-      });
-      return {
-        kind: "int8",
-        shape,
-        data,
-        scale,
-        scaleShape: [rows, blocks, ...tail.slice(1)],
-        bits: 8,
-        encoding: `int8,b${blockSize}`,
-        error: err.result(rows * cols),
-      };
-    }
-    const fp16 = this.dtype === "fp16";
-    const out = fp16 ? new Uint16Array(rows * cols) : new Float32Array(rows * cols);
-    await chunks(1, (first, _count, stored) => {
-      if (out instanceof Float32Array) {
-        out.set(stored instanceof Float32Array ? stored : toFloat32(stored.dtype, stored.data), first * cols);
-      } else if (stored instanceof Float32Array) {
-        const bits = fromFloat32("f16", stored); // bulk, integer-only conversions
-        out.set(bits, first * cols);
-        err.add(stored, toFloat32("f16", bits));
-      } else if (stored.dtype === "f16") {
-        out.set(stored.data, first * cols);
-      } else {
-        bf16ToF16(stored.data, out.subarray(first * cols), err);
-      }
-    });
-    return {
-      kind: "plain",
-      shape,
-      data: out,
-      bits: fp16 ? 16 : 32,
-      encoding: this.dtype,
-      error: err.result(rows * cols),
-    };
-  }
-}
-
-/** Rows of a stored tensor as the encoders take them: 16-bit patterns as stored, or fp32 values. */
-type StoredRows = Float32Array | { readonly dtype: "bf16" | "f16"; readonly data: Uint16Array };
-
-/** One weight encoded for the graph: the constant data of its op, its shape and its error. */
-export type EncodedWeight = {
-  readonly shape: readonly number[];
-  readonly encoding: string;
-  readonly bits: number;
-  readonly error: ReconstructionError;
-} & (
-  | {
-      readonly kind: "lut";
-      readonly indices: Uint8Array;
-      readonly lut: Uint16Array;
-      readonly lutShape: readonly number[];
-    }
-  | {
-      readonly kind: "int8";
-      readonly data: Int8Array;
-      readonly scale: Uint16Array;
-      readonly scaleShape: readonly number[];
-    }
-  | { readonly kind: "plain"; readonly data: Uint16Array | Float32Array }
-);
-
-let bf16ToF16Table: Uint16Array | undefined;
-
-/**
- * bf16 patterns → fp16 patterns (round to nearest even, as fromFloat32 does) through a 64 Ki
- * table, with the rounding error summed over the patterns' histogram rather than per element.
- */
-function bf16ToF16(src: Uint16Array, out: Uint16Array, err: ErrorSum): void {
-  if (!bf16ToF16Table) {
-    const f32 = new Float32Array(65536);
-    const u32 = new Uint32Array(f32.buffer);
-    for (let i = 0; i < 65536; i++) u32[i] = i << 16;
-    bf16ToF16Table = fromFloat32("f16", f32);
-  }
-  const table = bf16ToF16Table;
-  const count = new Uint32Array(65536);
-  for (let i = 0; i < src.length; i++) {
-    const b = src[i];
-    out[i] = table[b];
-    count[b] += 1;
-  }
-  for (let b = 0; b < 65536; b++) {
-    if (count[b] > 0) err.addRepeated(bf16BitsToF32(b), f16BitsToF32(table[b]), count[b]);
-  }
-}
-
-/** Re-thrown around a weight that fails to encode, naming the tensor. */
-export class WeightEncodingError extends AnemllError {
-  readonly tensor: string;
-  constructor(tensor: string, cause: unknown) {
-    super("E_WEIGHT_ENCODING", `cannot encode weight "${tensor}": ${(cause as Error).message}`, { cause });
-    this.tensor = tensor;
   }
 }

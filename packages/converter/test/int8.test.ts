@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { reconstructionError } from "../src/palettize.js";
-import { dequantizeInt8, quantizeInt8 } from "../src/quantize-int8.js";
+import { dequantizeInt8, quantizeInt8 } from "../src/quant/int8.js";
+import { reconstructionError } from "../src/quant/palettize.js";
 
 describe("int8 linear quantization", () => {
   it("keeps every value within half a step of its block's scale", () => {

@@ -16,8 +16,8 @@
  * `default`). Encodings: `none`/`fp16`/`fp32` (plain), `lut<2|4|6|8>[,<group>|,per-tensor]`,
  * `int8[,<block>]` — the number after a comma belongs to the encoding before it.
  */
-import type { LutBits } from "../palettize.js";
-import { GraphOptionError } from "./errors.js";
+import { GraphOptionError } from "../errors.js";
+import type { LutBits } from "./palettize.js";
 
 export type WeightQuant =
   | { readonly kind: "none" }
@@ -144,11 +144,6 @@ export function quantFor(policy: QuantPolicy, t: WeightTarget): WeightQuant {
   return q;
 }
 
-/** The LUT group size a LUT encoding uses under `policy` (before fitting it to a tensor's rows). */
-export function lutGroupSize(policy: QuantPolicy, q: Extract<WeightQuant, { kind: "lut" }>): number {
-  return q.groupSize ?? policy.groupSize ?? DEFAULT_LUT_GROUP_SIZE;
-}
-
 /**
  * Parses the short spelling of one encoding: `none` (also `fp16`, `fp32`: plain), `lut<bits>`,
  * `lut<bits>,<group>`, `lut<bits>,per-tensor`, `int8`, `int8,<block>` (e.g. "lut4", "lut6,16").
@@ -249,29 +244,6 @@ export function specRules(spec: QuantSpec): QuantRule[] {
 /** The text form of a spec (parseQuantSpec's inverse, normalised). */
 export function formatQuantSpec(spec: QuantSpec): string {
   return [spec.preset, ...spec.rules.map((r) => `${r.pattern}=${formatWeightQuant(r.quant)}`)].join(",");
-}
-
-/**
- * What a policy gives every tensor of a model, compactly: role → encoding where all of a role's
- * tensors agree, else canonical name → encoding for each of that role's tensors.
- */
-export function describePolicy(
-  policy: QuantPolicy,
-  targets: readonly WeightTarget[],
-  encodingOf: (q: WeightQuant) => string = formatWeightQuant,
-): Record<string, string> {
-  const byRole = new Map<string, { canonical: string; enc: string }[]>();
-  for (const t of targets) {
-    const list = byRole.get(t.role) ?? [];
-    list.push({ canonical: t.canonical, enc: encodingOf(quantFor(policy, t)) });
-    byRole.set(t.role, list);
-  }
-  const out: Record<string, string> = {};
-  for (const [role, list] of byRole) {
-    if (list.every((x) => x.enc === list[0].enc)) out[role] = list[0].enc;
-    else for (const x of list) out[x.canonical] = x.enc;
-  }
-  return out;
 }
 
 /** Patterns of `policy` that select none of `targets` (a typo, or a tensor this model lacks). */

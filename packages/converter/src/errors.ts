@@ -1,4 +1,4 @@
-/** Typed errors of the graph builders. */
+/** The converter's typed errors: bad options, models it does not cover, ANE limits, weights, interruptions. */
 import { AnemllError } from "@anemll-qwen35/core";
 
 /**
@@ -55,5 +55,40 @@ export class AneLimitError extends AnemllError {
     this.operand = found.operand;
     this.shape = found.shape;
     this.tensor = found.tensor;
+  }
+}
+
+/** A conversion option is out of range or malformed; names the CLI flag (`option`) and what was expected. */
+export class ConvertOptionError extends AnemllError {
+  readonly option: string;
+  constructor(option: string, message: string) {
+    super("E_CONVERT_OPTION", `--${option} ${message}`);
+    this.option = option;
+  }
+}
+
+/** The conversion was stopped (its signal aborted); what was finished is kept for `resume`. */
+export class ConvertInterruptedError extends AnemllError {
+  /** The folder holding the finished packages and weights. */
+  readonly partial: string;
+  constructor(partial: string, finished: { components: number; weights: number }) {
+    const kept =
+      finished.components + finished.weights > 0
+        ? `${finished.components} finished package(s) and ${finished.weights} finished weight(s) of the next are kept in ${partial}`
+        : `the work so far is kept in ${partial}`;
+    super(
+      "E_INTERRUPTED",
+      `conversion interrupted; ${kept} — run the same command with --resume to continue`,
+    );
+    this.partial = partial;
+  }
+}
+
+/** Re-thrown around a weight that fails to encode, naming the tensor. */
+export class WeightEncodingError extends AnemllError {
+  readonly tensor: string;
+  constructor(tensor: string, cause: unknown) {
+    super("E_WEIGHT_ENCODING", `cannot encode weight "${tensor}": ${(cause as Error).message}`, { cause });
+    this.tensor = tensor;
   }
 }

@@ -1,0 +1,335 @@
+/**
+ * The `superblocks` component's interface: every input, state and output of its function with the
+ * role a chain runner binds it by (ComponentIO), declared here so that superblock.ts holds only
+ * the model.
+ *
+ * Attention scores every layer's cached rows and this step's rows apart (attention.ts), so the
+ * mask has ctx + T keys in both KV placements. RoPE's cos/sin come in as inputs (the host computes
+ * them for any position), so the function has no gather. With the KV in a Core ML state, the
+ * function reads the state once, and writes all layers' new rows at `position` in one
+ * slice_update at its end; the int32 bounds of that write are computed once, at the start — the
+ * only run-time-index work of the function — so no int32 op sits between two ANE ops.
+ */
+import type { ComponentIO, GraphDType, IoTensor } from "@anemll-qwen35/ir/chain";
+import type { Qwen35Config, SuperBlock } from "@anemll-qwen35/ir/checkpoint";
+import { type MilBuilder, type MilVar, tensorType } from "@anemll-qwen35/ir/mil";
+import type { ResolvedOptions } from "../options.js";
+import { GDN_V_SCALE, MASK_NEG } from "./ane.js";
+import { type AttentionCore, type AttentionStep, type KvCache, type RopeRow, ropeSpec } from "./attention.js";
+import type { GdnStateIn, GdnStep } from "./gdn.js";
+import type { GdnChunkInputs, GdnPrefillForm } from "./gdn-chunked.js";
+
+/** What every layer of one step reads besides the hidden state. */
+export interface StepInputs {
+  readonly rope: RopeRow;
+  readonly mask: MilVar;
+  readonly gdn: ReadonlyMap<number, GdnStateIn>;
+  readonly kv: ReadonlyMap<number, KvCache>;
+  readonly attention: AttentionCore;
+  /** Most intermediate channels per MLP projection (wider MLPs are split: mlp.ts). */
+  readonly mlpMaxChannels: number;
+  /** The prefill function: the chunk's GDN inputs (the mixers then run over T tokens). */
+  readonly chunk?: GdnChunkInputs;
+}
+
+/** What the layers of one step produce besides the hidden state, by layer. */
+export interface StepOutputs {
+  readonly gdn: Map<number, GdnStep>;
+  readonly attention: Map<number, AttentionStep>;
+}
+
+/** The prefill function's shape: T tokens a call, and how its GDN layers run the delta rule. */
+export interface PrefillShape {
+  readonly tokens: number;
+  readonly gdnForm: GdnPrefillForm;
+  readonly wyChunk: number;
+}
+
+/** The rope_cos / rope_sin inputs [1, 1, T, rot/2] of a step of T tokens (the host computes them). */
+export function ropeInputs(
+  input: (t: IoTensor) => MilVar,
+  cfg: Qwen35Config,
+  dt: GraphDType,
+  tokens: number,
+): RopeRow {
+  const shape = [1, 1, tokens, cfg.rotaryDim / 2];
+  const spec = ropeSpec(cfg);
+  return {
+    cos: input({ name: "rope_cos", dtype: dt, shape, role: { kind: "rope", part: "cos", ...spec } }),
+    sin: input({ name: "rope_sin", dtype: dt, shape, role: { kind: "rope", part: "sin", ...spec } }),
+  };
+}
+
+const KV_PARTS = ["k", "v"] as const;
+
+/**
+ * The function's inputs and states, declared when it is made (`hidden`, `step`); `finish` writes
+ * the KV state (mlstate), declares the outputs from what the layers produced and returns the
+ * ComponentIO.
+ */
+export class SuperblockIO {
+  readonly hidden: MilVar;
+  readonly step: StepInputs;
+  readonly produced: StepOutputs = { gdn: new Map(), attention: new Map() };
+  private readonly b: MilBuilder;
+  private readonly o: ResolvedOptions;
+  private readonly blocks: readonly SuperBlock[];
+  private readonly layers: readonly number[];
+  private readonly attnLayers: readonly number[];
+  private readonly T: number;
+  private readonly shapes: { conv: number[]; rec: number[]; kvNew: number[] };
+  private readonly prefill?: PrefillShape;
+  private readonly ins: IoTensor[] = [];
+  private readonly outs: IoTensor[] = [];
+  private readonly states: IoTensor[] = [];
+  /** mlstate: the state, its one read, and the bounds of this step's one write. */
+  private readonly kvState?: { state: MilVar; read: MilVar; begin: MilVar; end: MilVar };
+
+  constructor(
+    b: MilBuilder,
+    cfg: Qwen35Config,
+    blocks: readonly SuperBlock[],
+    o: ResolvedOptions,
+    prefill?: PrefillShape,
+  ) {
+    this.b = b;
+    this.o = o;
+    this.blocks = blocks;
+    this.prefill = prefill;
+    const dt = o.dtype;
+    const layers = blocks.flatMap((sb) => [...sb.layers]);
+    this.layers = layers;
+    this.attnLayers = layers.filter((l) => cfg.layerTypes[l] === "full_attention");
+    const T = prefill?.tokens ?? 1;
+    this.T = T;
+    const K1 = cfg.linearConvKernelDim - 1;
+    const { numKeyValueHeads: Hkv, headDim: hd } = cfg;
+    this.shapes = {
+      conv: [1, cfg.convDim, K1],
+      rec: [1, cfg.linearNumValueHeads, cfg.linearKeyHeadDim, cfg.linearValueHeadDim],
+      kvNew: [1, Hkv, T, hd],
+    };
+    const input = (t: IoTensor) => this.input(t);
+
+    this.hidden = input({
+      name: "hidden",
+      dtype: dt,
+      shape: [1, cfg.hiddenSize, 1, T],
+      role: { kind: "hidden_in" },
+    });
+    const rope = ropeInputs(input, cfg, dt, T);
+    const keys = o.ctx + T;
+    const mask = input({
+      name: "mask",
+      dtype: dt,
+      shape: [1, 1, T, keys],
+      role: { kind: "mask", rule: prefill ? "prefill" : "io", keys, maskValue: MASK_NEG },
+    });
+    const chunk: GdnChunkInputs | undefined = prefill && {
+      valid: input({ name: "valid", dtype: dt, shape: [1, 1, T, 1], role: { kind: "valid" } }),
+      convPick: input({ name: "conv_pick", dtype: dt, shape: [1, T + K1, K1], role: { kind: "conv_pick" } }),
+      form: prefill.gdnForm,
+      wyChunk: prefill.wyChunk,
+    };
+    const gdn = this.declareGdnStates(cfg);
+    if (o.state === "mlstate") this.kvState = this.declareKvState(cfg);
+    const kv = this.declareKvCaches(cfg);
+    this.step = {
+      rope,
+      mask,
+      gdn,
+      kv,
+      attention: o.attention,
+      mlpMaxChannels: o.mlpMaxChannels,
+      chunk,
+    };
+  }
+
+  /** Each GDN layer's conv window and recurrent state, in and out of the step. */
+  private declareGdnStates(cfg: Qwen35Config): Map<number, GdnStateIn> {
+    const dt = this.o.dtype;
+    const gdn = new Map<number, GdnStateIn>();
+    for (const L of this.layers.filter((l) => cfg.layerTypes[l] === "linear_attention")) {
+      const conv = this.input({
+        name: `gdn${L}_conv`,
+        dtype: dt,
+        shape: this.shapes.conv,
+        role: { kind: "gdn_conv_in", layer: L },
+      });
+      const rec = this.input({
+        name: `gdn${L}_rec`,
+        dtype: dt,
+        shape: this.shapes.rec,
+        role: { kind: "gdn_rec_in", layer: L, scale: GDN_V_SCALE },
+      });
+      gdn.set(L, { conv, rec });
+    }
+    return gdn;
+  }
+
+  /** Each attention layer's cached K and V: the host's caches (io) or its rows of the KV state (mlstate). */
+  private declareKvCaches(cfg: Qwen35Config): Map<number, KvCache> {
+    const { b, o } = this;
+    const dt = o.dtype;
+    const { numKeyValueHeads: Hkv, headDim: hd } = cfg;
+    const kv = new Map<number, KvCache>();
+    if (!this.kvState) {
+      for (const L of this.attnLayers) {
+        const [k, v] = KV_PARTS.map((part) =>
+          this.input({
+            name: `kv${L}_${part}`,
+            dtype: dt,
+            shape: [1, Hkv, o.ctx, hd],
+            role: { kind: "kv_cache", layer: L, part },
+          }),
+        );
+        kv.set(L, { k, v });
+      }
+      return kv;
+    }
+    const n = this.attnLayers.length;
+    const { read } = this.kvState;
+    const rowsOf = (row: number, name: string) => {
+      const x = b.sliceByIndex({ x: read, begin: [row, 0, 0, 0], end: [row + 1, Hkv, o.ctx, hd], name });
+      return dt === "fp16" ? x : b.cast({ x, dtype: "fp32", name: `${name}_f32` }); // fp32 graphs
+    };
+    for (const [i, L] of this.attnLayers.entries())
+      kv.set(L, { k: rowsOf(i, `kv${L}_k_rows`), v: rowsOf(n + i, `kv${L}_v_rows`) });
+    return kv;
+  }
+
+  private input(t: IoTensor): MilVar {
+    this.ins.push(t);
+    return this.b.input(t.name, tensorType(t.dtype, t.shape));
+  }
+
+  private output(t: IoTensor, v: MilVar): void {
+    this.outs.push(t);
+    this.b.output(t.name, v);
+  }
+
+  /**
+   * mlstate: one fp16 state `kv` [2n, Hkv, ctx, hd] (layer i's K at row i, V at n + i), its `position`
+   * input, the bounds [0, 0, position, 0] .. [2n, Hkv, position + T, hd] of the step's write, and
+   * the state's one read.
+   */
+  private declareKvState(cfg: Qwen35Config): NonNullable<SuperblockIO["kvState"]> {
+    const b = this.b;
+    const { numKeyValueHeads: Hkv, headDim: hd } = cfg;
+    const n = this.attnLayers.length;
+    const rows = this.attnLayers.flatMap((L, i) => [
+      { row: i, layer: L, part: "k" as const },
+      { row: n + i, layer: L, part: "v" as const },
+    ]);
+    const shape = [2 * n, Hkv, this.o.ctx, hd];
+    this.states.push({
+      name: "kv",
+      dtype: "fp16",
+      shape,
+      role: { kind: "kv_state", rows: rows.sort((p, q) => p.row - q.row) },
+    });
+    const state = b.state("kv", tensorType("fp16", shape)); // Core ML states are fp16 in every dtype
+    const position = this.input({ name: "position", dtype: "int32", shape: [1], role: { kind: "position" } });
+    const begin = b.concat({
+      values: [b.const([0, 0], "int32", [2]), position, b.const([0], "int32", [1])],
+      axis: 0,
+      name: "kv_write_begin",
+    });
+    const next = b.add({ x: position, y: this.T, name: "kv_write_end_pos" });
+    const end = b.concat({
+      values: [b.const([2 * n, Hkv], "int32", [2]), next, b.const([hd], "int32", [1])],
+      axis: 0,
+      name: "kv_write_end",
+    });
+    const read = b.readState({ input: state, name: "kv_read" }); // [2n, Hkv, ctx, hd]
+    return { state, read, begin, end };
+  }
+
+  /** The step's end: the KV state write (mlstate), then every output; returns the ComponentIO. */
+  finish(h: MilVar): ComponentIO {
+    const { b, o, T, produced } = this;
+    const dt = o.dtype;
+    if (this.kvState) {
+      // every layer's new k rows, then every v rows, in state-row order: [2n, Hkv, T, hd]
+      const { state, read, begin, end } = this.kvState;
+      const steps = this.attnLayers.map((L) => produced.attention.get(L) as AttentionStep);
+      let update = b.concat({
+        values: [...steps.map((s) => s.kNew), ...steps.map((s) => s.vNew)],
+        axis: 0,
+        name: "kv_new_rows",
+      });
+      if (update.dtype !== "fp16") update = b.cast({ x: update, dtype: "fp16", name: "kv_new_rows_f16" });
+      const written = b.sliceUpdate({ x: read, update, begin, end, name: "kv_write" });
+      b.writeState({ input: state, data: written });
+    }
+    const D = h.shape[1];
+    this.output({ name: "hidden_out", dtype: dt, shape: [1, D, 1, T], role: { kind: "hidden_out" } }, h);
+    for (const L of this.layers) {
+      const g = produced.gdn.get(L);
+      if (g) {
+        this.output(
+          {
+            name: `gdn${L}_conv_out`,
+            dtype: dt,
+            shape: this.shapes.conv,
+            role: { kind: "gdn_conv_out", layer: L, next: `gdn${L}_conv` },
+          },
+          g.conv,
+        );
+        this.output(
+          {
+            name: `gdn${L}_rec_out`,
+            dtype: dt,
+            shape: this.shapes.rec,
+            role: { kind: "gdn_rec_out", layer: L, scale: GDN_V_SCALE, next: `gdn${L}_rec` },
+          },
+          g.rec,
+        );
+      }
+      const a = produced.attention.get(L);
+      if (a && o.state === "io") {
+        for (const part of KV_PARTS) {
+          this.output(
+            {
+              name: `kv${L}_${part}_new`,
+              dtype: dt,
+              shape: this.shapes.kvNew,
+              role: { kind: "kv_new", layer: L, part, cache: `kv${L}_${part}`, writeRow: "position" },
+            },
+            part === "k" ? a.kNew : a.vNew,
+          );
+        }
+      }
+    }
+    return {
+      component: "superblocks",
+      dtype: dt,
+      ctx: o.ctx,
+      state: o.state,
+      layers: [...this.layers],
+      superBlocks: this.blocks.map((sb) => sb.index),
+      inputs: this.ins,
+      outputs: this.outs,
+      states: this.states,
+      notes: this.notes(),
+    };
+  }
+
+  private notes(): string[] {
+    const { T, o, prefill } = this;
+    const K1 = this.shapes.conv[2];
+    const notes = [
+      `gdn{L}_rec holds ${GDN_V_SCALE}·S (v is scaled by ${GDN_V_SCALE} for fp16 safety); zero-initialise it at sequence start like the reference state`,
+      prefill
+        ? `mask [T, ctx + T]: row i is 0 for cache rows < position and for chunk keys ≤ i, ${MASK_NEG} elsewhere`
+        : `mask: 0 for key rows < position and for the last key (this token), ${MASK_NEG} elsewhere`,
+    ];
+    if (prefill)
+      notes.push(
+        `prefill: ${T} tokens at positions [position, position + ${T}) in one call; a shorter chunk of n tokens feeds zero hidden rows after them, valid = 1 for the first n rows and 0 after, conv_pick picks window columns n … n + ${K1 - 1}; all ${T} KV rows are written (rows past n are masked until decode overwrites them), so position + ${T} ≤ ctx`,
+      );
+    if (o.state === "mlstate" && o.dtype === "fp32")
+      notes.push("the KV state is fp16 (Core ML states are fp16 only); this fp32 graph casts around it");
+    return notes;
+  }
+}
