@@ -14,7 +14,7 @@
  */
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { AnemllError, numel } from "@anemll-qwen35/core";
@@ -58,7 +58,7 @@ import {
 import type { WeightEncodingReport } from "./graph/weights.js";
 import { KmeansPool } from "./kmeans-pool.js";
 import { type LmHeadSplit, tuneLmHeadSplit } from "./lmhead-split.js";
-import { checkOutputTarget, OutputError, PARTIAL_MARKER } from "./output.js";
+import { checkOutputTarget, OutputError, PARTIAL_MARKER, swapIntoPlace } from "./output.js";
 import { DEFAULT_BUDGET_BYTES, type PlannedComponent, planComponents, planWarnings } from "./plan.js";
 import { removeResumeFolder, TensorJournal } from "./resume.js";
 import { checkTokenizerFiles } from "./tokenizer-check.js";
@@ -593,7 +593,8 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     await rm(join(partial, PARTIAL_RECORD), { force: true });
     await rm(join(partial, PARTIAL_MARKER), { force: true });
     await removeResumeFolder(partial);
-    await swapIntoPlace(partial, out);
+    const kept = await swapIntoPlace(partial, out);
+    if (kept.length) log(`${out}: kept what the folder held besides the conversion: ${kept.join(", ")}`);
     progress({ stage: "finish" });
     return {
       out,
@@ -610,22 +611,4 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
   } finally {
     await pool?.close();
   }
-}
-
-/** Replaces `out` with the finished `partial` folder (the old one is removed only afterwards). */
-async function swapIntoPlace(partial: string, out: string): Promise<void> {
-  const old = existsSync(out) ? `${out}.old-${process.pid}-${Date.now()}` : undefined;
-  try {
-    if (old) await rename(out, old);
-    await rename(partial, out);
-  } catch (err) {
-    throw new OutputError(
-      out,
-      `could not move the finished conversion into place (${(err as Error).message})`,
-      {
-        cause: err,
-      },
-    );
-  }
-  if (old) await rm(old, { recursive: true, force: true });
 }
