@@ -10,6 +10,7 @@ export * from "./model-ref.js";
 export * from "./params.js";
 export * from "./qwen35-checkpoint.js";
 export {
+  checkSafetensorsShape,
   SafetensorsError,
   SafetensorsFile,
   type SafetensorsHeader,
