@@ -426,7 +426,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     await using ck = await Qwen35Checkpoint.open(dir);
     assertConvertible(ck);
     checkCtx(r.ctx, ck.config);
-    await checkTokenizerFiles(dir, ck.config, await eosTokenIds(dir, ck.config.eosTokenIds));
+    await checkTokenizerFiles(dir, ck.config, await eosTokenIds(dir, ck.config.eosTokenIds), log);
     const configBytes = await readFile(join(dir, "config.json"));
     const configSha = sha256(configBytes);
     let lmHeadSplit: LmHeadSplit | undefined;
