@@ -18,7 +18,7 @@ import { dirname, join } from "node:path";
 import { AnemllError } from "@anemll-qwen35/core";
 import { writeFileAtomic } from "../checkpoint/atomic.js";
 import { digestMlPackage } from "../mil/format/layout.js";
-import type { ChainManifest } from "./contract.js";
+import { type ChainManifest, readChainManifest } from "./contract.js";
 
 /** A package's files do not hash to what model.json recorded. */
 export class ChainIntegrityError extends AnemllError {
@@ -160,4 +160,15 @@ export async function verifyChainPackages(
     }
   }
   if (changed && cacheFile && stored) await saveCache(cacheFile, cache).catch(() => {});
+}
+
+/**
+ * What a runtime checks before it loads a converted model, for tools that only read one: model.json
+ * read and validated (readChainManifest: schema, ctx and vocabulary against the components), then
+ * every package against its sha256 (verifyChainPackages).
+ */
+export async function readVerifiedChain(dir: string, o: VerifyChainOptions = {}): Promise<ChainManifest> {
+  const manifest = await readChainManifest(dir);
+  await verifyChainPackages(dir, manifest, o);
+  return manifest;
 }
