@@ -8,6 +8,9 @@ export type { Host, Hostfile, RingOptions } from "./distributed/hostfile.js";
 export {
   DEFAULT_STARTING_PORT,
   hostsFromList,
+  isWildcardAddress,
+  MAX_RANKS,
+  MAX_RANKS_PER_HOST,
   parseHostfile,
   readHostfile,
   readRingHostfile,
@@ -15,6 +18,7 @@ export {
 } from "./distributed/hostfile.js";
 export type { LaunchedJob, LaunchedRank, LaunchOptions, RankExit } from "./distributed/launch.js";
 export { launchRing } from "./distributed/launch.js";
+export { attachToLauncher } from "./distributed/launcher-link.js";
 export { DEFAULT_STEP_TIMEOUT_MS } from "./distributed/pipeline.js";
 export type { LayerRange, WeightBytes } from "./distributed/split.js";
 export { planSplit, splitFromCounts, weightBytes } from "./distributed/split.js";
