@@ -80,6 +80,14 @@ export class DistributedGroup {
     };
   }
 
+  /**
+   * Resolves once what this rank has sent has left the process's hands (behind a RingGuard the bytes
+   * pass through a relay thread): call it before ending right after a send.
+   */
+  async flush(): Promise<void> {
+    await this.guard?.flush();
+  }
+
   /** Connections to this rank's ring addresses refused for not proving the launch's secret, and why. */
   get refused(): readonly string[] {
     return this.guard?.refused ?? [];

@@ -7,8 +7,8 @@
  *
  * Messages: in workerData { rank, addresses, secret }; to the parent { listening, mlxAddresses,
  * mlxPorts } | { setupFailed, message } | { refused } | { joined } | { failed, message }; from the
- * parent "mlx-joining" (connect to MLX's ports now), "mlx-joined" (MLX's join succeeded: relay) and
- * "close".
+ * parent "mlx-joining" (connect to MLX's ports now), "mlx-joined" (MLX's join succeeded: relay),
+ * "flush" (answered { flushed } once what MLX sent so far is out of this thread) and "close".
  */
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { connect, createServer } from "node:net";
@@ -30,6 +30,8 @@ const prevRank = (rank + size - 1) % size;
 const nextRank = (rank + 1) % size;
 const sockets = new Set();
 const servers = [];
+/** The relayed sockets to other ranks (what MLX sends leaves through them). */
+const toRanks = [];
 let closed = false;
 let failure;
 
@@ -228,6 +230,18 @@ async function connectMlx(port) {
   throw new Error("closed");
 }
 
+/**
+ * Waits until what MLX has sent so far has left this thread: bytes still here when the process ends
+ * would be lost (MLX's own sockets would have left them to the kernel). MLX's send finished before
+ * the parent asked, so two turns of the loop read it; then the writes drain (bounded).
+ */
+async function flush() {
+  await new Promise((r) => setImmediate(r));
+  await new Promise((r) => setImmediate(r));
+  const until = Date.now() + 5_000;
+  while (toRanks.some((s) => !s.destroyed && s.writableLength > 0) && Date.now() < until) await sleep(5);
+}
+
 const handled = (p) => {
   p.catch(() => {});
   return p;
@@ -286,6 +300,8 @@ async function main() {
       toMlx = mlxPorts.map((port) => handled(connectMlx(port)));
     } else if (m === "mlx-joined") {
       mlxJoined();
+    } else if (m === "flush") {
+      flush().then(() => post({ flushed: true }));
     } else if (m === "close") {
       closed = true;
       for (const s of servers) s.close();
@@ -317,6 +333,7 @@ async function main() {
   next.forEach((s, i) => {
     relay(mlxOut[i], s);
   });
+  toRanks.push(...prev, ...next);
   post({ joined: true });
 }
 

@@ -39,7 +39,8 @@ type FromWorker =
   | { setupFailed: true; message: string }
   | { refused: string }
   | { joined: true }
-  | { failed: true; message: string };
+  | { failed: true; message: string }
+  | { flushed: true };
 
 /** One rank's guard (see the module comment). It never keeps the process alive. */
 export class RingGuard {
@@ -100,6 +101,24 @@ export class RingGuard {
     await Promise.race([mlxJoined, this.outcome]);
     this.worker.postMessage("mlx-joined");
     await this.outcome;
+  }
+
+  /**
+   * Resolves once what MLX has sent so far has left the guard (call before a rank ends right after
+   * a send: bytes still in the relay would be lost with the process).
+   */
+  flush(): Promise<void> {
+    return new Promise((resolve) => {
+      const onMessage = (m: FromWorker) => {
+        if (!("flushed" in m)) return;
+        this.worker.off("message", onMessage);
+        this.worker.unref();
+        resolve();
+      };
+      this.worker.on("message", onMessage);
+      this.worker.ref(); // until it answers
+      this.worker.postMessage("flush");
+    });
   }
 
   /** Closes every listener and connection (MLX's ring sockets then fail: the group is unusable). */
