@@ -4,7 +4,7 @@
  * model then answers 503 while the other keeps answering, and Ctrl-C still stops everything.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { resolve } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -200,8 +200,9 @@ describe("anemll-qwen35 launch -- serve", () => {
       } catch {
         return false;
       }
-      // a zombie waiting for its reaper has ended
-      return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+      // a zombie waiting for its reaper has ended (Linux says so in /proc; elsewhere it is reaped)
+      const stat = `/proc/${pid}/stat`;
+      return !(existsSync(stat) && /^\S+ \(.*\) Z/.test(readFileSync(stat, "utf8")));
     };
     const deadline = Date.now() + 60_000;
     while (ranks.some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
