@@ -18,7 +18,7 @@
  */
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { numel } from "@anemll-qwen35/core";
@@ -37,7 +37,7 @@ import {
   type ResolvedConvert,
   resolveConvertOptions,
 } from "./options.js";
-import { checkOutputTarget, OutputError, PARTIAL_MARKER } from "./output.js";
+import { checkOutputTarget, OutputError, PARTIAL_MARKER, swapIntoPlace } from "./output.js";
 import { type PlannedComponent, planComponents, planWarnings } from "./plan.js";
 import { KmeansPool } from "./quant/kmeans-pool.js";
 import { planQuant, type QuantPlan, type TensorEncoding } from "./quant/plan.js";
@@ -294,7 +294,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     const quant = planQuant(ck.config, resolved.quant);
     checkConvertForModel(resolved, ck.config, quant);
     const eos = await eosTokenIds(dir, ck.config.eosTokenIds);
-    await checkTokenizerFiles(dir, ck.config, eos);
+    await checkTokenizerFiles(dir, ck.config, eos, log);
     const configSha = sha256(await readFile(join(dir, "config.json")));
     const lmHeadSplit = resolved.lmHeadAuto
       ? await tuneLmHeadSplit(ck.config, ck.tiedEmbeddings, {
@@ -348,7 +348,8 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     await rm(join(partial, PARTIAL_RECORD), { force: true });
     await rm(join(partial, PARTIAL_MARKER), { force: true });
     await removeResumeFolder(partial);
-    await swapIntoPlace(partial, out);
+    const kept = await swapIntoPlace(partial, out);
+    if (kept.length) log(`${out}: kept what the folder held besides the conversion: ${kept.join(", ")}`);
     progress.emit({ stage: "finish" });
     return {
       out,
@@ -365,22 +366,4 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
   } finally {
     await pool?.close();
   }
-}
-
-/** Replaces `out` with the finished `partial` folder (the old one is removed only afterwards). */
-async function swapIntoPlace(partial: string, out: string): Promise<void> {
-  const old = existsSync(out) ? `${out}.old-${process.pid}-${Date.now()}` : undefined;
-  try {
-    if (old) await rename(out, old);
-    await rename(partial, out);
-  } catch (err) {
-    throw new OutputError(
-      out,
-      `could not move the finished conversion into place (${(err as Error).message})`,
-      {
-        cause: err,
-      },
-    );
-  }
-  if (old) await rm(old, { recursive: true, force: true });
 }

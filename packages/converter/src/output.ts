@@ -1,11 +1,14 @@
 /**
- * What `convert` may put at its output path, checked before any work starts. A conversion replaces
- * only what it can tell is its own: an empty folder, a previous conversion (model.json of a chain)
- * or its own `<out>.partial` work folder. Anything else — a folder with the user's files, the
- * current folder, a plain file — is refused unless `force` is set, and the source checkpoint (or a
- * folder holding it) is refused always: replacing it would delete the weights being converted.
+ * What `convert` may put at its output path, checked before any work starts, and how the finished
+ * work folder takes its place. A conversion writes only into what it can tell is its own: an empty
+ * folder, a previous conversion (model.json of a chain) or its own `<out>.partial` work folder.
+ * Anything else — a folder with the user's files, the current folder, a plain file — is refused
+ * unless `force` is set, and the source checkpoint (or a folder holding it) is refused always.
+ * Even then it deletes only what a conversion writes: files a user added to the folder (NOTES.txt)
+ * are moved into the new conversion.
  */
-import { readdir, readFile, realpath, stat } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { readdir, readFile, realpath, rename, rm, stat } from "node:fs/promises";
 import { dirname, join, relative, resolve, sep } from "node:path";
 import { AnemllError } from "@anemll-qwen35/core";
 import { CHAIN_FORMAT, CHAIN_MANIFEST_FILE } from "@anemll-qwen35/ir/chain";
@@ -38,14 +41,17 @@ const isInside = (child: string, parent: string) => {
   return r === "" || (!r.startsWith(`..${sep}`) && r !== ".." && !r.startsWith(sep));
 };
 
-async function isPreviousConversion(dir: string): Promise<boolean> {
+/** model.json of the conversion in `dir`, or undefined when it holds none. */
+async function previousManifest(dir: string): Promise<Record<string, unknown> | undefined> {
   try {
-    const m = JSON.parse(await readFile(join(dir, CHAIN_MANIFEST_FILE), "utf8")) as { format?: unknown };
-    return m?.format === CHAIN_FORMAT;
+    const m = JSON.parse(await readFile(join(dir, CHAIN_MANIFEST_FILE), "utf8")) as Record<string, unknown>;
+    return m?.format === CHAIN_FORMAT ? m : undefined;
   } catch {
-    return false;
+    return undefined;
   }
 }
+
+const isPreviousConversion = async (dir: string) => (await previousManifest(dir)) !== undefined;
 
 /** Why `path` is not ours to replace, or undefined when it is (absent, empty, or `ours(path)`). */
 async function foreignContent(
@@ -78,7 +84,7 @@ export async function checkOutputTarget(out: string, source: string, force: bool
     );
   }
   if (force) return;
-  const hint = "choose a new or empty folder, or pass --force to replace it";
+  const hint = "choose a new or empty folder, or pass --force to convert into it (its other files are kept)";
   const problem = await foreignContent(out, isPreviousConversion);
   if (problem) throw new OutputError(out, `${problem}; ${hint}`);
   const partial = `${out}.partial`;
@@ -90,4 +96,64 @@ export async function checkOutputTarget(out: string, source: string, force: bool
   if (partialProblem) {
     throw new OutputError(partial, `${partialProblem} and would be used as the work folder; ${hint}`);
   }
+}
+
+/**
+ * The entries of `out` that no conversion wrote: not in the new conversion (`partial`), and neither
+ * model.json, config.json nor a package or tokenizer file the previous conversion's model.json lists.
+ */
+async function userEntries(out: string, partial: string): Promise<string[]> {
+  if (!(await stat(out).catch(() => undefined))?.isDirectory()) return [];
+  const ours = new Set([...(await readdir(partial)), CHAIN_MANIFEST_FILE, "config.json"]);
+  const m = await previousManifest(out);
+  const components = Array.isArray(m?.components) ? (m.components as { file?: unknown }[]) : [];
+  const tokenizer = (m?.tokenizer as { files?: unknown } | undefined)?.files;
+  for (const f of [...components.map((c) => c?.file), ...(Array.isArray(tokenizer) ? tokenizer : [])]) {
+    // a plain name in the folder; anything else in an edited model.json is not ours to claim
+    if (typeof f === "string" && f !== "" && !/[\\/]/.test(f) && f !== "." && f !== "..") ours.add(f);
+  }
+  return (await readdir(out)).filter((name) => !ours.has(name));
+}
+
+/**
+ * Replaces `out` with the finished `partial` folder: the old folder is renamed aside, the new one
+ * renamed in, the user's entries of the old one (see userEntries) moved into the new one, and only
+ * then is the old one removed — with what a conversion wrote in it. If a move fails, the old folder
+ * stays and the error says where the files are. Returns the entries it kept.
+ */
+export async function swapIntoPlace(partial: string, out: string): Promise<string[]> {
+  const kept = await userEntries(out, partial);
+  const old = existsSync(out) ? `${out}.old-${process.pid}-${Date.now()}` : undefined;
+  try {
+    if (old) await rename(out, old);
+    try {
+      await rename(partial, out);
+    } catch (err) {
+      if (old) await rename(old, out).catch(() => {});
+      throw err;
+    }
+  } catch (err) {
+    throw new OutputError(
+      out,
+      `could not move the finished conversion into place (${(err as Error).message})`,
+      {
+        cause: err,
+      },
+    );
+  }
+  if (!old) return kept;
+  for (const name of kept) {
+    try {
+      await rename(join(old, name), join(out, name));
+    } catch (err) {
+      throw new OutputError(
+        out,
+        `the new conversion is in place, but ${name} (and anything else you added) could not be moved from ` +
+          `the previous one; they are still in ${old} (${(err as Error).message})`,
+        { cause: err },
+      );
+    }
+  }
+  await rm(old, { recursive: true, force: true });
+  return kept;
 }

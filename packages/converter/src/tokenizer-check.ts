@@ -2,8 +2,10 @@
  * The tokenizer files a conversion copies are checked first: a converted chain whose tokenizer does
  * not load, has no vocabulary, names an EOS id the model cannot emit, or whose chat template does
  * not render would convert "successfully" and fail (or silently drop the user's text) only when run.
- * Each problem is an AnemllError naming the file. A checkpoint without tokenizer.json (a synthetic
- * one) is converted without a tokenizer; the runtimes then ask for --tokenizer.
+ * Each problem is an AnemllError naming the file. The runtimes read the tokenizer from
+ * tokenizer.json alone, so a checkpoint that has other tokenizer files but not that one is refused;
+ * one with no tokenizer files at all (a synthetic checkpoint: weights and config) is converted
+ * without a tokenizer, saying so — the runtimes then run on token ids or ask for --tokenizer.
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
@@ -21,14 +23,42 @@ export class TokenizerCheckError extends AnemllError {
 
 const PROBE = "Hello, world! 123";
 
-/** Loads `dir`'s tokenizer as the runtimes will and tries it; throws TokenizerCheckError. */
+/** Files of a Hugging Face tokenizer besides tokenizer.json: a checkpoint meant to carry one. */
+const OTHER_TOKENIZER_FILES = [
+  "tokenizer_config.json",
+  "chat_template.jinja",
+  "special_tokens_map.json",
+  "added_tokens.json",
+  "vocab.json",
+  "merges.txt",
+  "tokenizer.model",
+];
+
+/**
+ * Loads `dir`'s tokenizer as the runtimes will and tries it; throws TokenizerCheckError. `log` hears
+ * that a checkpoint without any tokenizer files converts without one.
+ */
 export async function checkTokenizerFiles(
   dir: string,
   config: Qwen35Config,
   eosTokenIds: number[],
+  log: (line: string) => void = () => {},
 ): Promise<void> {
   const tokenizerFile = join(dir, "tokenizer.json");
-  if (!existsSync(tokenizerFile)) return;
+  if (!existsSync(tokenizerFile)) {
+    const others = OTHER_TOKENIZER_FILES.filter((f) => existsSync(join(dir, f)));
+    if (others.length > 0) {
+      throw new TokenizerCheckError(
+        tokenizerFile,
+        `is missing, though the checkpoint has ${others.join(", ")}: the converted model would not run, ` +
+          "since the runtimes read the tokenizer from tokenizer.json; copy it from the model's repository",
+      );
+    }
+    log(
+      `${dir} has no tokenizer files: converting without a tokenizer (run the result on token ids, or with --tokenizer DIR)`,
+    );
+    return;
+  }
   const tok = await loadTokenizer(dir, { eosTokenIds }).catch((cause: Error) => {
     if (cause instanceof AnemllError) throw cause; // names its file already
     throw new TokenizerCheckError(tokenizerFile, `does not load: ${cause.message}`, { cause });

@@ -118,6 +118,19 @@ describe("tokenizer files", () => {
       /tokenizer\.json: does not round-trip text/,
     ],
     [
+      "tokenizer.json missing, the other tokenizer files there",
+      (d: string) => rmSync(join(d, "tokenizer.json")),
+      /tokenizer\.json: is missing, though the checkpoint has tokenizer_config\.json, chat_template\.jinja: the converted model would not run/,
+    ],
+    [
+      "a merges entry that is not a pair of tokens",
+      edit("tokenizer.json", (j) => {
+        const m = j.model as { merges: unknown[] };
+        m.merges[3] = 42;
+      }),
+      /tokenizer\.json: model\.merges\[3\] must be a pair of tokens \("a b" or \["a", "b"\]\), got 42/,
+    ],
+    [
       "tokenizer_config.json is not JSON",
       (d: string) => writeFileSync(join(d, "tokenizer_config.json"), "[1,"),
       /tokenizer_config\.json: not valid JSON/,
@@ -159,5 +172,22 @@ describe("tokenizer files", () => {
     expect(err).toBeInstanceOf(AnemllError);
     expect(err.message).toMatch(pattern);
     expect(() => readFileSync(join(`${out}.partial`, "embed.mlpackage", "Manifest.json"))).toThrow();
+  });
+
+  it("a checkpoint without any tokenizer files converts without one, saying so", async () => {
+    const dir = await variant((d) => {
+      for (const f of ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"]) rmSync(join(d, f));
+    });
+    const logs: string[] = [];
+    const r = await convert({
+      model: dir,
+      out: join(work, `out${n++}`),
+      ...fast,
+      onLog: (l) => logs.push(l),
+    });
+    expect(r.manifest.tokenizer.files).toEqual(["generation_config.json"]);
+    expect(logs[0]).toMatch(
+      /has no tokenizer files: converting without a tokenizer \(run the result on token ids, or with --tokenizer DIR\)/,
+    );
   });
 });

@@ -1,6 +1,14 @@
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { CHAIN_FORMAT, readChainManifest } from "@anemll-qwen35/ir/chain";
 import { describe, expect, it } from "vitest";
 import { convert, OutputError } from "../src/index.js";
@@ -16,11 +24,25 @@ const fast = {
   lmHead: { kind: "none" as const },
 };
 
-/** A folder that looks like an earlier conversion (only model.json's format is looked at). */
+/**
+ * A folder that looks like an earlier conversion (model.json's format, components and tokenizer
+ * files are looked at), with a package the new one will not write, and what a user added to it.
+ */
 function previousConversion(dir: string): void {
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, "model.json"), JSON.stringify({ format: CHAIN_FORMAT }));
-  writeFileSync(join(dir, "old.txt"), "old");
+  mkdirSync(join(dir, "sb_99.mlpackage"), { recursive: true });
+  writeFileSync(join(dir, "sb_99.mlpackage", "Manifest.json"), "{}");
+  writeFileSync(join(dir, "vocab.txt"), "old tokenizer file");
+  writeFileSync(
+    join(dir, "model.json"),
+    JSON.stringify({
+      format: CHAIN_FORMAT,
+      components: [{ file: "sb_99.mlpackage" }, { file: "../outside" }],
+      tokenizer: { files: ["vocab.txt"] },
+    }),
+  );
+  writeFileSync(join(dir, "NOTES.txt"), "my notes");
+  mkdirSync(join(dir, "eval"));
+  writeFileSync(join(dir, "eval", "scores.csv"), "1,2,3");
 }
 
 describe("convert -o: what it may replace", () => {
@@ -89,22 +111,46 @@ describe("convert -o: what it may replace", () => {
         onProgress: (e) => e.stage === "component" && ac.abort(),
       }),
     ).rejects.toThrow();
-    expect(readFileSync(join(out, "old.txt"), "utf8")).toBe("old");
+    expect(readFileSync(join(out, "NOTES.txt"), "utf8")).toBe("my notes");
+    expect(existsSync(join(out, "sb_99.mlpackage"))).toBe(true);
     expect(existsSync(join(`${out}.partial`, PARTIAL_MARKER))).toBe(true);
-    // completed: replaced, without the marker
-    await convert({ model: tied, out, ...fast });
-    expect(existsSync(join(out, "old.txt"))).toBe(false);
+    // completed: what the previous conversion wrote is replaced, what the user added is kept
+    const logs: string[] = [];
+    await convert({ model: tied, out, ...fast, onLog: (l) => logs.push(l) });
+    expect(existsSync(join(out, "sb_99.mlpackage"))).toBe(false);
+    expect(existsSync(join(out, "vocab.txt"))).toBe(false);
+    expect(readFileSync(join(out, "NOTES.txt"), "utf8")).toBe("my notes");
+    expect(readFileSync(join(out, "eval", "scores.csv"), "utf8")).toBe("1,2,3");
+    expect(logs.at(-1)).toMatch(
+      /kept what the folder held besides the conversion: (NOTES\.txt, eval|eval, NOTES\.txt)$/,
+    );
     expect((await readChainManifest(out)).components.length).toBeGreaterThan(2);
+    expect(readdirSync(dirname(out)).filter((n) => n.includes(".old-"))).toEqual([]);
     expect(existsSync(join(out, PARTIAL_MARKER))).toBe(false);
     expect(existsSync(`${out}.partial`)).toBe(false);
   });
 
-  it("--force replaces a folder that is not a conversion", async () => {
+  it("converting again keeps what a user added; a second conversion in a row keeps it too", async () => {
+    const out = join(fresh(), "model");
+    await convert({ model: tied, out, ...fast });
+    writeFileSync(join(out, "NOTES.txt"), "converted on a Tuesday");
+    await convert({ model: tied, out, ...fast, ctx: 256 });
+    expect(readFileSync(join(out, "NOTES.txt"), "utf8")).toBe("converted on a Tuesday");
+    expect((await readChainManifest(out)).ctx).toBe(256);
+    await convert({ model: tied, out, ...fast });
+    expect(readFileSync(join(out, "NOTES.txt"), "utf8")).toBe("converted on a Tuesday");
+  });
+
+  it("--force converts into a folder that is not a conversion, replacing only the files a conversion writes", async () => {
     const out = join(fresh(), "mine");
     mkdirSync(out);
-    writeFileSync(join(out, "notes.txt"), "replace me");
+    writeFileSync(join(out, "notes.txt"), "keep me");
+    writeFileSync(join(out, "config.json"), "{}");
     await convert({ model: tied, out, force: true, ...fast });
-    expect(existsSync(join(out, "notes.txt"))).toBe(false);
+    expect(readFileSync(join(out, "notes.txt"), "utf8")).toBe("keep me");
+    expect(readFileSync(join(out, "config.json"), "utf8")).toBe(
+      readFileSync(join(tied, "config.json"), "utf8"),
+    );
     expect(existsSync(join(out, "model.json"))).toBe(true);
   });
 });

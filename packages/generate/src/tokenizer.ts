@@ -122,6 +122,7 @@ export class Tokenizer {
     // with no vocabulary every text would encode to nothing: the prompt would vanish silently
     if (Object.keys(tokenizerJson.model.vocab).length === 0)
       throw new MalformedTokenizerFileError(source, '"model.vocab" is empty');
+    checkMerges(tokenizerJson.model.merges, source);
     if (!isRecord(tokenizerConfig))
       throw new MalformedTokenizerFileError(configSource, "expected a JSON object");
 
@@ -437,6 +438,36 @@ function readAddedTokens(value: unknown, source: string): AddedTokenJson[] {
     return { ...(t as unknown as AddedTokenJson) };
   });
 }
+
+/**
+ * BPE merges are pairs of tokens, written "a b" (older files) or ["a", "b"]; the library would fail
+ * on anything else with its own TypeError ("x.split is not a function"), naming no entry.
+ */
+function checkMerges(merges: unknown, source: string): void {
+  if (merges === undefined) return;
+  if (!Array.isArray(merges)) {
+    throw new MalformedTokenizerFileError(source, `"model.merges" must be a list, got ${shortJson(merges)}`);
+  }
+  merges.forEach((m, i) => {
+    const pair =
+      typeof m === "string"
+        ? m.split(" ")
+        : Array.isArray(m) && m.every((t) => typeof t === "string")
+          ? (m as string[])
+          : [];
+    if (pair.length !== 2 || pair.some((t) => t === "")) {
+      throw new MalformedTokenizerFileError(
+        source,
+        `model.merges[${i}] must be a pair of tokens ("a b" or ["a", "b"]), got ${shortJson(m)}`,
+      );
+    }
+  });
+}
+
+const shortJson = (v: unknown): string => {
+  const text = JSON.stringify(v) ?? String(v);
+  return text.length > 60 ? `${text.slice(0, 57)}...` : text;
+};
 
 /** tokenizer_config stores special tokens either as a string or as an AddedToken-like object. */
 function tokenName(value: unknown): string | undefined {

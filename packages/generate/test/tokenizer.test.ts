@@ -122,6 +122,26 @@ describe("tokenizer file errors name the file", () => {
     );
   });
 
+  it('a merges entry that is not a pair of tokens is named (the library said "x.split is not a function")', async () => {
+    const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
+    const cases: [unknown, RegExp][] = [
+      [7, /model\.merges\[5\] must be a pair of tokens \("a b" or \["a", "b"\]\), got 7$/],
+      [{ a: 1 }, /model\.merges\[5\] .* got \{"a":1\}$/],
+      ["nospace", /model\.merges\[5\] .* got "nospace"$/],
+      [["a", "b", "c"], /model\.merges\[5\] .* got \["a","b","c"\]$/],
+      [["a", 2], /model\.merges\[5\] .* got \["a",2\]$/],
+    ];
+    for (const [entry, pattern] of cases) {
+      const bad = structuredClone(json);
+      bad.model.merges[5] = entry;
+      expect(() => Tokenizer.fromJSON(bad, {}, { source: "/m/tokenizer.json" })).toThrow(pattern);
+    }
+    json.model.merges = "a b";
+    expect(() => Tokenizer.fromJSON(json, {}, { source: "/m/tokenizer.json" })).toThrow(
+      /\/m\/tokenizer\.json: "model\.merges" must be a list, got "a b"/,
+    );
+  });
+
   it("missing tokenizer.json", async () => {
     const dir = join(scratch, "empty");
     await mkdir(dir, { recursive: true });

@@ -1,7 +1,8 @@
 /**
- * Fuzzing the readers every model passes through: safetensors files, the shard index, config.json,
- * model.json, .mlpackage folders (Manifest.json, the model protobuf, the weight blob) and the
- * tokenizer files. Each case mutates a valid input (bytes flipped, set, cut, inserted or deleted;
+ * Fuzzing the readers every model passes through: safetensors files (and their tensor shapes as the
+ * MLX loader reads them), the shard index, config.json, model.json (and the package check against its
+ * sha256s), .mlpackage folders (Manifest.json, the model protobuf, the weight blob, the digest) and
+ * the tokenizer files (their BPE merges too). Each case mutates a valid input (bytes flipped, set, cut, inserted or deleted;
  * JSON values replaced, deleted or wrapped) with fast-check from a fixed seed, and the reader must
  * either accept it or throw an AnemllError: never a TypeError, RangeError or a hang.
  *
@@ -15,9 +16,10 @@ import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
 import { AnemllError } from "@anemll-qwen35/core";
 import { loadTokenizer } from "@anemll-qwen35/generate";
-import { parseChainManifest, readChainManifest } from "@anemll-qwen35/ir/chain";
+import { parseChainManifest, readChainManifest, readVerifiedChain } from "@anemll-qwen35/ir/chain";
 import { parseQwen35Config, SafetensorsCheckpoint, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
-import { checkProgram, readMlPackage } from "@anemll-qwen35/ir/mil";
+import { checkProgram, digestMlPackage, readMlPackage } from "@anemll-qwen35/ir/mil";
+import { loadMlxModel, mlxAvailable, mx } from "@anemll-qwen35/runtime-mlx";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, it, vi } from "vitest";
@@ -256,16 +258,18 @@ describe(`reader fuzz (seed ${SEED}, ${RUNS} cases per reader)`, () => {
   );
 
   it(
-    "model.json",
+    "model.json (and the packages checked against it, as run, inspect, costplan and profile do)",
     async () => {
       const text = readFileSync(join(chain, "model.json"), "utf8");
       const dir = join(work, "manifest");
-      mkdirSync(dir, { recursive: true });
+      cpSync(chain, dir, { recursive: true });
+      const cacheFile = join(work, "digests.json"); // the packages do not change: hashed once
       await fuzz("model.json", jsonMutation, async (m) => {
         const mutated = mutateJsonText(text, m);
         await writeFile(join(dir, "model.json"), mutated);
         await readChainManifest(dir);
         parseChainManifest(JSON.parse(mutated));
+        await readVerifiedChain(dir, { cacheFile });
       });
     },
     timeLimit(120_000),
@@ -294,6 +298,7 @@ describe(`reader fuzz (seed ${SEED}, ${RUNS} cases per reader)`, () => {
         else if (p.part === "model")
           writeFileSync(join(copy, data, "model.mlmodel"), applyBytes(model, p.ops));
         else writeFileSync(join(copy, data, "weights", "weight.bin"), applyBytes(blob, p.ops));
+        await digestMlPackage(copy);
         await readMlPackage(copy, { check: (mm) => checkProgram(mm.program) });
       });
     },
@@ -327,6 +332,97 @@ describe(`reader fuzz (seed ${SEED}, ${RUNS} cases per reader)`, () => {
         tok.encodeChat([{ role: "user", content: "hi <|im_end|>" }]);
       });
       vi.restoreAllMocks();
+    },
+    timeLimit(180_000),
+  );
+
+  it(
+    "tokenizer.json's BPE merges (entries replaced by hostile values): refused naming the entry",
+    async () => {
+      const src = join(FIXTURES, "tokenizer");
+      const dir = join(work, "merges");
+      mkdirSync(dir, { recursive: true });
+      const json = JSON.parse(readFileSync(join(src, "tokenizer.json"), "utf8"));
+      const count = json.model.merges.length;
+      vi.spyOn(console, "warn").mockImplementation(() => {});
+      const edits = fc.array(
+        fc.record({
+          at: fc.nat({ max: count - 1 }),
+          value: fc.oneof(
+            hostileValue,
+            fc.constantFrom(
+              "a",
+              " ",
+              "a b c",
+              "a  b",
+              ["a"],
+              ["a", "b", "c"],
+              ["", "b"],
+              [1, 2],
+              [null, "b"],
+            ),
+          ),
+        }),
+        { minLength: 1, maxLength: 3 },
+      );
+      await fuzz("merges", edits, async (list) => {
+        const mutated = structuredClone(json);
+        for (const e of list) mutated.model.merges[e.at] = e.value;
+        writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(mutated));
+        try {
+          const tok = await loadTokenizer(dir);
+          tok.decode(tok.encode("Hello, merges"));
+        } catch (err) {
+          // refused, and the message names the entry (not the library's "x.split is not a function")
+          if (!/model\.merges\[\d+\]/.test((err as Error).message))
+            throw new Error(`merges: ${(err as Error).message}`);
+        }
+      });
+      vi.restoreAllMocks();
+    },
+    timeLimit(120_000),
+  );
+
+  it.runIf(mlxAvailable().available)(
+    "tensor shapes in a checkpoint the MLX loader opens: a shape that is not integers is refused as convert does (skipped without the MLX addon)",
+    async () => {
+      mx.setDefaultDevice("cpu");
+      const dir = join(work, "mlx-shapes");
+      cpSync(TINY, dir, { recursive: true });
+      const shard = join(dir, "model.safetensors-00001-of-00002.safetensors");
+      const bytes = readFileSync(shard);
+      const len = Number(bytes.readBigUInt64LE(0));
+      const header = JSON.parse(bytes.subarray(8, 8 + len).toString("utf8"));
+      const data = bytes.subarray(8 + len);
+      const names = Object.keys(header).filter((k) => k !== "__metadata__");
+      const shapeValue = fc.oneof(
+        fc.constantFrom(0.5, 127.5, -1, 1e300, Number.MAX_SAFE_INTEGER + 2, "128", null, true),
+        fc.nat({ max: 4096 }),
+      );
+      const edit = fc.record({
+        tensor: fc.nat({ max: names.length - 1 }),
+        shape: fc.oneof(fc.array(shapeValue, { maxLength: 4 }), hostileValue),
+      });
+      await fuzz("mlx shapes", edit, async (e) => {
+        const h = structuredClone(header);
+        h[names[e.tensor]].shape = e.shape;
+        const json = Buffer.from(JSON.stringify(h));
+        const prefix = Buffer.alloc(8);
+        prefix.writeBigUInt64LE(BigInt(json.length));
+        writeFileSync(shard, Buffer.concat([prefix, json, data]));
+        const integral = Array.isArray(e.shape) && e.shape.every((d) => Number.isSafeInteger(d) && d >= 0);
+        try {
+          const model = await loadMlxModel(dir, { dtype: "float32" });
+          await model.dispose();
+        } catch (err) {
+          // a shape that is not a list of integers is refused by ir's check, naming the tensor, as convert does
+          const named = `(tensor "${names[e.tensor]}"): shape must be an array of non-negative integers`;
+          if (!integral && !(err as Error).message.includes(named))
+            throw new Error(`mlx shapes: ${(err as Error).message}`);
+          throw err;
+        }
+        if (!integral) throw new Error(`mlx shapes: ${JSON.stringify(e.shape)} was accepted`);
+      });
     },
     timeLimit(180_000),
   );

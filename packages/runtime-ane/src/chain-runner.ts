@@ -49,7 +49,7 @@ export interface LoadChainOptions {
   prefillFunction?: boolean;
   /**
    * Check every package against model.json's sha256 before loading (default true; digests are
-   * cached by the packages' file sizes and times, see ir/chain's verifyChainPackages).
+   * cached by the packages' inodes, sizes, mtimes and ctimes, see ir/chain's verifyChainPackages).
    */
   verify?: boolean | Pick<VerifyChainOptions, "cacheFile">;
   onProgress?: (

@@ -26,6 +26,9 @@ export {
   type Host,
   type Hostfile,
   hostsFromList,
+  isWildcardAddress,
+  MAX_RANKS,
+  MAX_RANKS_PER_HOST,
   parseHostfile,
   readHostfile,
   readRingHostfile,
@@ -47,6 +50,7 @@ export {
   joinGroup,
   launchedRank,
 } from "./distributed/group.js";
+export { attachToLauncher } from "./distributed/launcher-link.js";
 export { DEFAULT_STEP_TIMEOUT_MS } from "./distributed/pipeline.js";
 export {
   type LayerRange,

@@ -654,7 +654,7 @@ export async function loadMlxModel(ref: string, opts: LoadMlxModelOptions = {}):
         "run it with runMlxWorker (the CLI does under `anemll-qwen35 launch -- serve`)",
     );
   }
-  const view = openCheckpoint(dir, config);
+  const view = await openCheckpoint(dir, config);
   try {
     if (view.format === "mlx") validateMlx(config, view, dir);
     let ranks: PipelineHead | undefined;

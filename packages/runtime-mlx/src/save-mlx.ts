@@ -65,7 +65,7 @@ export async function saveMlxCheckpoint(
   const groupSize = opts.groupSize ?? 64;
   const quantize = opts.bits ? { bits: opts.bits, groupSize } : undefined;
 
-  const view = openCheckpoint(src, config);
+  const view = await openCheckpoint(src, config);
   const temp = join(dirname(target), `.${basename(target)}.${randomBytes(6).toString("hex")}.tmp`);
   const arrays: Record<string, MxArray> = {};
   try {

@@ -3,9 +3,14 @@
  * greedy tokens and fp32 logits as one process, and faults (a rank killed mid-generation, a rank that
  * never joins, ranks started with different models) end in typed errors within bounded times.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
 import { readQwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -13,6 +18,7 @@ import {
   DistributedError,
   HostfileError,
   hostsFromList,
+  isWildcardAddress,
   joinGroup,
   loadMlxModel,
   mx,
@@ -69,6 +75,32 @@ describe("hostfiles in MLX's formats", () => {
       ],
     );
     expect(() => ringAddresses(parseHostfile([{ ssh: "mac1" }]))).toThrow(/no "ips"/);
+  });
+
+  it("refuses wildcard addresses unless allowed, more than 64 ranks, -n above 16 and ports past 65535", () => {
+    for (const ip of ["0.0.0.0", "::", "0:0:0:0:0:0:0:0", "::0", "::ffff:0.0.0.0"]) {
+      expect(isWildcardAddress(ip)).toBe(true);
+      const hf = parseHostfile([
+        { ssh: "a", ips: ["10.0.0.1"] },
+        { ssh: "b", ips: [ip] },
+      ]);
+      expect(() => ringAddresses(hf)).toThrow(
+        new RegExp(`rank 1 \\(b\\): ${ip.replace(/\./g, "\\.")} means every interface.*--allow-wildcard`),
+      );
+      expect(ringAddresses(hf, { startingPort: 5000, allowWildcard: true })[1]).toEqual([`${ip}:5001`]);
+    }
+    for (const ip of ["10.0.0.1", "127.0.0.1", "::1", "fe80::1"]) expect(isWildcardAddress(ip)).toBe(false);
+    expect(() => ringAddresses(hostsFromList("0.0.0.0", 2))).toThrow(/means every interface/);
+    expect(() => hostsFromList("127.0.0.1", 17)).toThrow(/ranks per host must be 1 to 16, got 17/);
+    expect(() => hostsFromList("127.0.0.1", 0)).toThrow(HostfileError);
+    expect(() => hostsFromList(new Array(5).fill("127.0.0.1").join(","), 16)).toThrow(
+      /5 hosts × 16 ranks is 80; a launch starts at most 64 ranks/,
+    );
+    const many = Array.from({ length: 65 }, (_, i) => ({ ssh: `h${i}`, ips: ["10.0.0.1"] }));
+    expect(() => parseHostfile(many)).toThrow(/lists 65 hosts; a launch starts at most 64 ranks/);
+    expect(() => ringAddresses(hostsFromList("127.0.0.1", 2), { startingPort: 65535 })).toThrow(
+      /rank 1 \(127\.0\.0\.1\) would need port 65536/,
+    );
   });
 });
 
@@ -242,6 +274,162 @@ describeMlx("a model split across 2 and 3 ranks (ring backend on 127.0.0.1)", ()
     },
     RANKS_TIMEOUT_MS,
   );
+});
+
+/** Connects to 127.0.0.1:port as soon as something listens there (every 20 ms until `until`). */
+async function connectWhenListening(port: number, until: number): Promise<Socket | undefined> {
+  while (Date.now() < until) {
+    const s = connect({ host: "127.0.0.1", port });
+    const ok = await new Promise<boolean>((r) => {
+      s.once("connect", () => r(true));
+      s.once("error", () => r(false));
+    });
+    if (ok) return s;
+    s.destroy();
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return undefined;
+}
+
+const RANK_SCRIPT = fileURLToPath(new URL("./distributed/rank.ts", import.meta.url));
+
+/** Starts rank.ts as rank `rank` of the ring in `hostfile`, handing it `secret` as launchRing does. */
+function spawnRank(rank: number, hostfile: string, secret: string, job: unknown, lines: string[]) {
+  const child = spawn(
+    process.execPath,
+    ["--conditions=source", "--import", "tsx", RANK_SCRIPT, JSON.stringify(job)],
+    {
+      env: { ...process.env, MLX_RANK: String(rank), MLX_HOSTFILE: hostfile, ANEMLL_LAUNCH_CHANNEL: "stdin" },
+      stdio: ["pipe", "pipe", "pipe"],
+    },
+  );
+  child.stdin.write(`${secret}\n`);
+  createInterface({ input: child.stdout }).on("line", (l) => lines.push(`[${rank}] ${l}`));
+  createInterface({ input: child.stderr }).on("line", (l) => lines.push(`[${rank}:err] ${l}`));
+  return new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+}
+
+/** A two-rank ring file on 127.0.0.1 in a fresh folder. */
+async function ringFile(): Promise<{ dir: string; file: string; port: number }> {
+  const port = await freePortBlock(2);
+  const dir = mkdtempSync(join(tmpdir(), "anemll-ring-test-"));
+  const file = join(dir, "ring.json");
+  writeFileSync(file, JSON.stringify([[`127.0.0.1:${port}`], [`127.0.0.1:${port + 1}`]]));
+  return { dir, file, port };
+}
+
+const report = (lines: string[], rank: number, tag: string) => {
+  const line = lines.find((l) => l.startsWith(`[${rank}] ${tag} `));
+  expect(line, lines.join("\n")).toBeDefined();
+  return JSON.parse(line!.slice(`[${rank}] ${tag} `.length));
+};
+
+describeMlx("ranks that trust only each other (a per-launch secret)", () => {
+  it(
+    "strangers on a ring port before the rank that belongs there are refused, and the ring still forms",
+    async () => {
+      const { dir, file, port } = await ringFile();
+      const secret = randomBytes(32).toString("hex");
+      const lines: string[] = [];
+      const job = { mode: "join", timeoutMs: 60_000 };
+      const rank0 = spawnRank(0, file, secret, job, lines);
+      // rank 0 listens for rank 1; two strangers get there first: one silent, one with a made-up proof
+      const until = Date.now() + 60_000;
+      const strangers = [await connectWhenListening(port, until), await connectWhenListening(port, until)];
+      const closed = strangers.map((s) => new Promise<void>((r) => s?.once("close", () => r())));
+      for (const s of strangers) s?.on("error", () => {}).resume(); // read, to see the rank hang up
+      strangers[1]?.write(Buffer.concat([Buffer.from("ANMLRNG1"), randomBytes(32 + 32)]));
+      try {
+        expect(strangers.every(Boolean), "the strangers could not connect to rank 0").toBe(true);
+        const rank1 = spawnRank(1, file, secret, job, lines);
+        expect(await Promise.all([rank0, rank1]), lines.join("\n")).toEqual([0, 0]);
+        for (const rank of [0, 1]) expect(report(lines, rank, "JOINED").gathered).toEqual([0, 1]);
+        expect(report(lines, 0, "JOINED").refused.join(" ")).toMatch(
+          /127\.0\.0\.1:\d+ on 127\.0\.0\.1:\d+: could not prove the launch's secret/,
+        );
+        await Promise.all(closed); // and every stranger was dropped
+      } finally {
+        for (const s of strangers) s?.destroy();
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+    RANKS_TIMEOUT_MS,
+  );
+
+  it(
+    "ranks of two launches (two secrets) do not pair: E_MLX_DIST_JOIN on both, naming what was refused",
+    async () => {
+      const { dir, file } = await ringFile();
+      const lines: string[] = [];
+      const job = { mode: "join", timeoutMs: 8_000 };
+      // each with its own launch's secret
+      const exits = [0, 1].map((rank) => spawnRank(rank, file, randomBytes(32).toString("hex"), job, lines));
+      try {
+        expect(await Promise.all(exits), lines.join("\n")).toEqual([1, 1]);
+        for (const rank of [0, 1]) {
+          const e = report(lines, rank, "FAILED");
+          expect(e.code).toBe("E_MLX_DIST_JOIN");
+          expect(e.message).toMatch(/the ring did not form within 8 s/);
+          expect(e.message).toMatch(/could not prove the launch's secret/);
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+    RANKS_TIMEOUT_MS,
+  );
+});
+
+/** Whether `pid` still runs (a zombie waiting for a reaper has ended). */
+function running(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  const stat = `/proc/${pid}/stat`;
+  return !(existsSync(stat) && / Z /.test(readFileSync(stat, "utf8").replace(/^.*\)/, ")")));
+}
+
+describe("ranks whose launcher is gone", () => {
+  for (const ignoreTerm of [false, true]) {
+    it(
+      `stop when the launcher is killed with SIGKILL${ignoreTerm ? " (a rank deaf to SIGTERM too)" : ""}`,
+      async () => {
+        const launcherScript = fileURLToPath(new URL("./distributed/launcher.ts", import.meta.url));
+        const launcher = spawn(
+          process.execPath,
+          [
+            "--conditions=source",
+            "--import",
+            "tsx",
+            launcherScript,
+            "2",
+            JSON.stringify({ mode: "wait", ignoreTerm }),
+          ],
+          { stdio: ["ignore", "pipe", "inherit"] },
+        );
+        const pids: number[] = [];
+        await new Promise<void>((resolve, reject) => {
+          createInterface({ input: launcher.stdout }).on("line", (l) => {
+            const m = /^\[\d\] READY (\d+)$/.exec(l);
+            if (m) pids.push(Number(m[1]));
+            if (pids.length === 2) resolve();
+          });
+          launcher.once("exit", () => reject(new Error("the launcher ended first")));
+        });
+        expect(pids.every(running)).toBe(true);
+        launcher.kill("SIGKILL");
+        // the ranks read end-of-file on the launcher's pipe; wait for them, boundedly
+        const deadline = Date.now() + 60_000;
+        while (pids.some(running) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+        const left = pids.filter(running);
+        for (const pid of left) process.kill(pid, "SIGKILL");
+        expect(left, "ranks still running after their launcher was killed").toEqual([]);
+      },
+      RANKS_TIMEOUT_MS,
+    );
+  }
 });
 
 describeMlx("joining a group that never forms", () => {

@@ -6,6 +6,7 @@ import { execFileSync } from "node:child_process";
 import { cpSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { AnemllError, InvalidArgumentError } from "@anemll-qwen35/core";
+import { SafetensorsError, WeightError } from "@anemll-qwen35/ir/checkpoint";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { loadMlxModel } from "../src/index.js";
@@ -60,6 +61,59 @@ describeMlx("untrusted checkpoint files", () => {
     },
     timeLimit(10_000),
   );
+
+  /** A copy of tiny-tied with the first shard's header (and data) edited by `edit`. */
+  function withShard(
+    edit: (
+      header: Record<string, { dtype: string; shape: number[]; data_offsets: number[] }>,
+      data: Buffer,
+    ) => void,
+  ): string {
+    const dir = join(tmp, `m${n++}`);
+    cpSync(fixtureDir("tiny-tied"), dir, { recursive: true });
+    const file = join(dir, "model.safetensors-00001-of-00002.safetensors");
+    const bytes = readFileSync(file);
+    const len = Number(bytes.readBigUInt64LE(0));
+    const header = JSON.parse(bytes.subarray(8, 8 + len).toString("utf8"));
+    const data = Buffer.from(bytes.subarray(8 + len));
+    edit(header, data);
+    const json = Buffer.from(JSON.stringify(header));
+    const prefix = Buffer.alloc(8);
+    prefix.writeBigUInt64LE(BigInt(json.length));
+    writeFileSync(file, Buffer.concat([prefix, json, data]));
+    return dir;
+  }
+  const NORM = "model.language_model.layers.0.linear_attn.norm.weight";
+
+  it("refuses a fractional tensor shape as convert does (ir's safetensors header check), naming file and tensor", async () => {
+    const dir = withShard((h) => {
+      h[NORM].shape = [127.5];
+    });
+    const err = await loadMlxModel(dir).catch((e) => e);
+    expect(err).toBeInstanceOf(SafetensorsError);
+    expect(err.message).toMatch(
+      /model\.safetensors-00001-of-00002\.safetensors.*layers\.0\.linear_attn\.norm\.weight.*shape must be an array of non-negative integers, got \[127\.5\]/,
+    );
+  });
+
+  it("refuses a NaN or Inf weight at load, naming the tensor, the element and the file", async () => {
+    for (const [value, shown] of [
+      [Number.NaN, "NaN"],
+      [Number.NEGATIVE_INFINITY, "-Infinity"],
+    ] as const) {
+      const dir = withShard((h, data) => {
+        const [begin] = h[NORM].data_offsets;
+        expect(h[NORM].dtype).toBe("F32");
+        data.writeFloatLE(value, begin + 4 * 5);
+      });
+      const err = await loadMlxModel(dir).catch((e) => e);
+      expect(err).toBeInstanceOf(WeightError);
+      expect(err.tensor).toBe(NORM);
+      expect(err.message).toContain(
+        `model.safetensors-00001-of-00002.safetensors: "${NORM}" holds ${shown} (element 5 of [128]); a checkpoint's weights must be finite`,
+      );
+    }
+  });
 
   it("refuses a context longer than the model's max_position_embeddings", async () => {
     const err = await loadMlxModel(fixtureDir("tiny-tied"), { contextLength: 1_000_000 }).catch((e) => e);

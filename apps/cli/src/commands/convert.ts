@@ -25,7 +25,10 @@ export function registerConvert(program: Command, ctx: Context): void {
       "-o, --out <dir>",
       "output folder: new, empty or a previous conversion (replaced only when the new one completes)",
     )
-    .option("--force", "replace the output folder even when it holds other files (never the checkpoint)")
+    .option(
+      "--force",
+      "convert into an output folder that is not a previous conversion (its other files are kept; never the checkpoint)",
+    )
     .option("--ctx <n>", `context length, ${MIN_CTX}…${MAX_CTX}`, int("--ctx", 1), DEFAULT_CTX)
     .option("--fuse <n|all>", "super-blocks per package, or all that fit the budget", fuse, "all")
     .addOption(

@@ -9,6 +9,7 @@ import {
   parseReport,
 } from "@anemll-qwen35/costplan";
 import type { Command } from "commander";
+import { checkConverted } from "../chain-check.js";
 import type { Context } from "../context.js";
 import { COMPUTE_UNITS, choice, int } from "../options.js";
 
@@ -41,6 +42,7 @@ export function registerCostplan(program: Command, ctx: Context): void {
     .option("--top <n>", "top ops to list", int("--top", 0), 15)
     .action(async (path: string, o) => {
       const out = ctx.output();
+      await checkConverted(path, out.notice); // as `run` would, before reading the packages
       const report = await costplan(path, {
         chip: o.chip,
         computeUnits: o.computeUnits,

@@ -1,7 +1,8 @@
 import { join } from "node:path";
-import { readChainManifest } from "@anemll-qwen35/ir/chain";
+import { readVerifiedChain } from "@anemll-qwen35/ir/chain";
 import { printProgram, readMlPackage } from "@anemll-qwen35/ir/mil";
 import type { Command } from "commander";
+import { hashNotices } from "../chain-check.js";
 import type { Context } from "../context.js";
 import { UsageError } from "../options.js";
 
@@ -17,6 +18,9 @@ export function registerInspect(program: Command, ctx: Context): void {
     .action(async (path: string, o) => {
       const out = ctx.output();
       if (path.replace(/\/$/, "").endsWith(".mlpackage")) {
+        out.notice(
+          `${path}: a package alone records no sha256, so it is read as it is, not checked for damage`,
+        );
         const model = await readMlPackage(path);
         out.result({
           path,
@@ -26,7 +30,8 @@ export function registerInspect(program: Command, ctx: Context): void {
         out.line(printProgram(model.program));
         return;
       }
-      const m = await readChainManifest(path);
+      // what `run` checks first: model.json, and each package against its sha256
+      const m = await readVerifiedChain(path, hashNotices(out.notice));
       if (o.component) {
         const c = m.components.find((x) => x.name === o.component);
         if (!c)

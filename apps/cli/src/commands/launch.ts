@@ -12,7 +12,9 @@ import {
   type Hostfile,
   hostsFromList,
   launchRing,
+  MAX_RANKS_PER_HOST,
   readHostfile,
+  ringAddresses,
 } from "@anemll-qwen35/runtime-mlx";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
@@ -34,7 +36,12 @@ export function registerLaunch(program: Command, ctx: Context, hooks: LaunchHook
       "--hosts <file|list>",
       'MLX hostfile (JSON: [{"ssh": "mac1", "ips": ["10.0.0.1"]}, ...], rank i = host i), or hosts separated by commas',
     )
-    .option("-n, --ranks-per-host <n>", "with a list of hosts: ranks started on each", int("-n", 1), 1)
+    .option(
+      "-n, --ranks-per-host <n>",
+      `with a list of hosts: ranks started on each (at most ${MAX_RANKS_PER_HOST})`,
+      int("-n", 1, MAX_RANKS_PER_HOST),
+      1,
+    )
     .option(
       "--starting-port <n>",
       "first TCP port of the ring; each rank takes the next ones",
@@ -53,10 +60,20 @@ export function registerLaunch(program: Command, ctx: Context, hooks: LaunchHook
       (v: string, all: string[] = []) => [...all, v],
     )
     .option("--ssh <command>", "how to reach a host that is not this machine", "ssh")
+    .option(
+      "--allow-wildcard",
+      "let the hostfile's ips include 0.0.0.0 or :: (the ring then listens on every interface of that host)",
+    )
     .allowExcessArguments(false)
     .action(async (command: string[], o) => {
       const out = ctx.output();
       const hostfile = hostsOf(o.hosts, o.ranksPerHost);
+      const ring = {
+        startingPort: o.startingPort,
+        connectionsPerIp: o.connectionsPerIp,
+        allowWildcard: o.allowWildcard === true,
+      };
+      ringAddresses(hostfile, ring); // refuses wildcards and ports past 65535 before anything starts
       const env: Record<string, string> = {};
       for (const e of o.env ?? []) {
         const m = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s.exec(e);
@@ -78,7 +95,7 @@ export function registerLaunch(program: Command, ctx: Context, hooks: LaunchHook
       const job = launchRing({
         hostfile,
         command: [...cli, ...command],
-        ring: { startingPort: o.startingPort, connectionsPerIp: o.connectionsPerIp },
+        ring,
         env,
         ssh: o.ssh.split(/\s+/).filter(Boolean),
         onOutput: (rank, stream, line) => {

@@ -1,6 +1,7 @@
 import { CHIP_IDS, type ChipId, formatProfile, profile } from "@anemll-qwen35/costplan";
 import { writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
 import type { Command } from "commander";
+import { checkConverted } from "../chain-check.js";
 import type { Context } from "../context.js";
 import { COMPUTE_UNITS, choice, int } from "../options.js";
 
@@ -36,6 +37,7 @@ export function registerProfile(program: Command, ctx: Context): void {
     .option("-j, --save <file>", "also write the JSON report to a file (anemll-profile's -j FILE)")
     .action(async (path: string, o) => {
       const out = ctx.output();
+      await checkConverted(path, out.notice); // as `run` would, before reading the packages
       const report = await profile(path, {
         runs: o.runs,
         warmup: o.warmup,

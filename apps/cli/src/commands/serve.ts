@@ -1,6 +1,11 @@
 /** `serve`: an OpenAI-compatible HTTP server over one or more models (@anemll-qwen35/server). */
 import { type BackendName, runModelRank } from "@anemll-qwen35/models";
-import { DEFAULT_JOIN_TIMEOUT_MS, DEFAULT_STEP_TIMEOUT_MS, launchedRank } from "@anemll-qwen35/runtime-mlx";
+import {
+  attachToLauncher,
+  DEFAULT_JOIN_TIMEOUT_MS,
+  DEFAULT_STEP_TIMEOUT_MS,
+  launchedRank,
+} from "@anemll-qwen35/runtime-mlx";
 import {
   createServer,
   DEFAULT_DRAIN_MS,
@@ -229,6 +234,8 @@ function splitSource(
   o: SplitOptions,
 ): { rank: number; name: string; source: PathModelSource } | undefined {
   const rank = launchedRank();
+  // a rank of `launch`: take the launch's secret now, and stop when the launcher is gone (joining reports a failure)
+  if (rank !== undefined) attachToLauncher().catch(() => {});
   if (rank === undefined) {
     if (o.split !== undefined || o.splitLayers !== undefined) {
       throw new UsageError(

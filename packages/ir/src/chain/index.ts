@@ -59,4 +59,9 @@ export {
 } from "./state.js";
 
 // Integrity: the packages on disk against the digests model.json records
-export { ChainIntegrityError, type VerifyChainOptions, verifyChainPackages } from "./integrity.js";
+export {
+  ChainIntegrityError,
+  readVerifiedChain,
+  type VerifyChainOptions,
+  verifyChainPackages,
+} from "./integrity.js";

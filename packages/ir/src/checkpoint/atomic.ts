@@ -14,11 +14,15 @@ export function tempSiblingPath(target: string): string {
   return join(dirname(target), `.${basename(target)}.tmp-${tag}`);
 }
 
-/** Writes `data` to `path` through a temp file, fsync and rename. */
-export async function writeFileAtomic(path: string, data: string | Uint8Array): Promise<void> {
+/** Writes `data` to `path` through a temp file, fsync and rename; `mode` is the new file's (default 0o666 less the umask). */
+export async function writeFileAtomic(
+  path: string,
+  data: string | Uint8Array,
+  options: { mode?: number } = {},
+): Promise<void> {
   await mkdir(dirname(path), { recursive: true });
   const tmp = tempSiblingPath(path);
-  const fh = await open(tmp, "wx");
+  const fh = await open(tmp, "wx", options.mode);
   try {
     await fh.writeFile(data);
     await fh.sync();

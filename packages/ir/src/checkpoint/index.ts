@@ -45,6 +45,7 @@ export {
 
 // safetensors: one file or a sharded folder, read lazily; written streaming and deterministic
 export {
+  checkSafetensorsShape,
   SafetensorsError,
   SafetensorsFile,
   type SafetensorsHeader,

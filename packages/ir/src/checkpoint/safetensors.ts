@@ -119,6 +119,22 @@ const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === "object" && v !== null && !Array.isArray(v);
 
 /**
+ * A header entry's shape: a list of non-negative integers, else SafetensorsError naming the file and
+ * tensor. The one shape check of every safetensors reader here (ir's, and runtime-mlx's before MLX,
+ * whose own reader would take 1024.5 as 1024).
+ */
+export function checkSafetensorsShape(shape: unknown, file: string, name: string): number[] {
+  if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
+    throw new SafetensorsError(
+      file,
+      name,
+      `shape must be an array of non-negative integers, got ${JSON.stringify(shape)}`,
+    );
+  }
+  return shape;
+}
+
+/**
  * Parses and validates a header. `json` is the N header bytes; `fileSize` is the size of the
  * whole file so that offsets can be checked against the data region.
  */
@@ -170,7 +186,7 @@ export function parseSafetensorsHeader(json: Uint8Array, file: string, fileSize:
     }
     if (!isObject(entry))
       throw new SafetensorsError(file, name, "entry must be an object {dtype, shape, data_offsets}");
-    const { dtype: stDtype, shape, data_offsets: offsets } = entry;
+    const { dtype: stDtype, data_offsets: offsets } = entry;
     if (typeof stDtype !== "string") throw new SafetensorsError(file, name, "missing or non-string dtype");
     if (!(stDtype in SAFETENSORS_TO_DTYPE)) {
       const known = Object.keys(SAFETENSORS_TO_DTYPE).join(", ");
@@ -178,13 +194,7 @@ export function parseSafetensorsHeader(json: Uint8Array, file: string, fileSize:
       throw new SafetensorsError(file, name, `${why} "${stDtype}" (supported: ${known})`);
     }
     const dtype = SAFETENSORS_TO_DTYPE[stDtype as SafetensorsDType];
-    if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
-      throw new SafetensorsError(
-        file,
-        name,
-        `shape must be an array of non-negative integers, got ${JSON.stringify(shape)}`,
-      );
-    }
+    const shape = checkSafetensorsShape(entry.shape, file, name);
     if (
       !Array.isArray(offsets) ||
       offsets.length !== 2 ||

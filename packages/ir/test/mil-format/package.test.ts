@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import {
   existsSync,
   mkdirSync,
@@ -663,6 +664,23 @@ describe("digest", () => {
     bytes[200] ^= 1;
     writeFileSync(weightFile(b), bytes);
     expect(await digestMlPackage(b)).not.toBe(da);
+  });
+
+  it("is sha256 over model.mlmodel then weights/* by name, each framed by name and size (the bytes model.json records)", async () => {
+    const a = fresh();
+    await writeMlPackage(a, lutModel());
+    const files = [
+      ["model.mlmodel", modelFile(a)],
+      ...readdirSync(join(a, "Data/com.apple.CoreML/weights"))
+        .sort()
+        .map((f) => [`weights/${f}`, join(a, "Data/com.apple.CoreML/weights", f)]),
+    ];
+    const hash = createHash("sha256");
+    for (const [name, file] of files) {
+      const bytes = readFileSync(file);
+      hash.update(`${name}\0${bytes.length}\0`).update(bytes);
+    }
+    expect(await digestMlPackage(a)).toBe(hash.digest("hex"));
   });
 
   it("stops when its signal is aborted", async () => {

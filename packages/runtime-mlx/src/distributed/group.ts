@@ -6,15 +6,22 @@
  * The ring backend (TCP between neighbours, the one MLX's launcher uses on Macs) reads MLX_RANK and
  * MLX_HOSTFILE (the per-rank "ip:port" lists; see hostfile.ts). Rank r accepts rank r-1 and connects
  * to rank r+1; send/recv only reach those two neighbours. Joining has no deadline in MLX (accept
- * waits forever), so it runs off the JS thread under a timeout of ours.
+ * waits forever), so it runs off the JS thread under a timeout of ours. Ranks started by
+ * `anemll-qwen35 launch` hold the launch's secret: they join through a RingGuard (ring-guard.ts),
+ * which lets only ranks that prove it reach MLX.
  *
  * The group's work runs on streams of its own: a receive from a peer that is gone blocks only them,
  * never the default stream other models in the process use.
  */
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join as joinPath } from "node:path";
 import { DistributedError } from "../errors.js";
 import { type Dtype, type MxArray, native } from "../native.js";
 import { readRingHostfile, splitAddress } from "./hostfile.js";
+import { attachToLauncher } from "./launcher-link.js";
+import { RingGuard } from "./ring-guard.js";
 
 export type DistributedBackend = "ring" | "mpi";
 
@@ -27,6 +34,12 @@ export interface JoinOptions {
   readonly rank?: number;
   /** Sets MLX_HOSTFILE for the ring backend (default: the environment's). */
   readonly hostfile?: string;
+  /**
+   * The secret the ranks prove to each other (ring backend; 32 bytes): default, the one the
+   * launcher handed over on stdin (attachToLauncher). `false`, or a process started otherwise, joins
+   * as MLX does: unauthenticated.
+   */
+  readonly secret?: Buffer | false;
 }
 
 export const DEFAULT_JOIN_TIMEOUT_MS = 60_000;
@@ -47,6 +60,7 @@ interface Streams {
 /** The joined group. One per process (MLX keeps one per backend). */
 export class DistributedGroup {
   private readonly streams: Streams;
+  private readonly ringPorts: readonly number[];
 
   constructor(
     readonly rank: number,
@@ -54,12 +68,29 @@ export class DistributedGroup {
     readonly backend: DistributedBackend,
     /** Per rank, the addresses it listens on (ring backend), to name peers in messages. */
     readonly addresses: readonly (readonly string[])[] | undefined,
+    /** The guard the ring joined through: held for as long as the group (its thread relays the ring). */
+    private readonly guard?: RingGuard,
   ) {
+    // the ports MLX accepted the previous rank on: its own, or behind the guard, loopback ones
+    this.ringPorts = guard?.mlxPorts ?? (addresses?.[rank] ?? []).map((a) => splitAddress(a).port);
     const n = native();
     this.streams = {
       cpu: n.newStream("cpu"),
       gpu: n.defaultDevice() === "gpu" ? n.newStream("gpu") : undefined,
     };
+  }
+
+  /**
+   * Resolves once what this rank has sent has left the process's hands (behind a RingGuard the bytes
+   * pass through a relay thread): call it before ending right after a send.
+   */
+  async flush(): Promise<void> {
+    await this.guard?.flush();
+  }
+
+  /** Connections to this rank's ring addresses refused for not proving the launch's secret, and why. */
+  get refused(): readonly string[] {
+    return this.guard?.refused ?? [];
   }
 
   /** The next rank around the ring, and the previous one. */
@@ -154,7 +185,7 @@ export class DistributedGroup {
    * found (another backend): the receive then waits MLX's way.
    */
   async waitForData(): Promise<void> {
-    const ports = (this.addresses?.[this.rank] ?? []).map((a) => splitAddress(a).port);
+    const ports = [...this.ringPorts];
     if (ports.length === 0) return;
     const alive = setInterval(() => {}, 2 ** 30); // the native wait does not hold the process
     try {
@@ -224,42 +255,70 @@ async function join(o: JoinOptions): Promise<DistributedGroup> {
     }
   }
   const timeoutMs = o.timeoutMs ?? DEFAULT_JOIN_TIMEOUT_MS;
+  const publicHostfile = process.env.MLX_HOSTFILE;
+  const secret =
+    backend !== "ring" ? undefined : o.secret === undefined ? await attachToLauncher() : o.secret;
+  let guard: RingGuard | undefined;
+  let guardDir: string | undefined;
+  if (secret && addresses && addresses.length > 1) {
+    // MLX joins through the guard: its hostfile names the guard's loopback ports, not the ring's
+    guard = await RingGuard.start({ rank, addresses, secret });
+    guardDir = mkdtempSync(joinPath(tmpdir(), "anemll-ring-"));
+    const file = joinPath(guardDir, "ring.json");
+    writeFileSync(file, JSON.stringify(guard.mlxAddresses), { mode: 0o600 });
+    process.env.MLX_HOSTFILE = file;
+  }
   const init = n.distributedInit(backend);
+  const joined = guard ? guard.join(init).then(() => init) : init;
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
-      init.catch(() => {}); // it ends later (or never); nobody waits for it any more
-      if (addresses) unblockAccept(addresses[rank]);
-      reject(new DistributedError("E_MLX_DIST_JOIN", joinTimeoutMessage(rank, addresses, timeoutMs)));
+      joined.catch(() => {}); // it ends later (or never); nobody waits for it any more
+      guard?.close();
+      if (addresses) unblockAccept(guard ? guard.mlxAddresses[rank] : addresses[rank]);
+      reject(new DistributedError("E_MLX_DIST_JOIN", joinTimeoutMessage(rank, addresses, timeoutMs, guard)));
     }, timeoutMs);
   });
   let info: { rank: number; size: number };
   try {
-    info = await Promise.race([init, timeout]);
+    info = await Promise.race([joined, timeout]);
   } catch (cause) {
+    guard?.close();
     if (cause instanceof DistributedError) throw cause;
     throw new DistributedError(
       "E_MLX_DIST_JOIN",
       `rank ${rank} could not join the ${backend} group: ${(cause as Error).message}` +
-        (addresses ? ` (hostfile ${process.env.MLX_HOSTFILE}: ${JSON.stringify(addresses)})` : ""),
+        (addresses ? ` (hostfile ${publicHostfile}: ${JSON.stringify(addresses)})` : ""),
       { cause },
     );
   } finally {
     clearTimeout(timer);
+    if (guardDir) {
+      process.env.MLX_HOSTFILE = publicHostfile;
+      rmSync(guardDir, { recursive: true, force: true });
+    }
   }
-  return new DistributedGroup(info.rank, info.size, backend, addresses);
+  return new DistributedGroup(info.rank, info.size, backend, addresses, guard);
 }
 
-function joinTimeoutMessage(rank: number, addresses: string[][] | undefined, ms: number): string {
+function joinTimeoutMessage(
+  rank: number,
+  addresses: string[][] | undefined,
+  ms: number,
+  guard: RingGuard | undefined,
+): string {
   const s = seconds(ms);
   if (!addresses) return `the distributed group did not form within ${s}`;
   const size = addresses.length;
   const left = (rank + size - 1) % size;
   const right = (rank + 1) % size;
+  const refused = guard?.refused.length
+    ? `; refused ${guard.refused.length} connection(s) that did not prove the launch's secret (${guard.refused.slice(0, 3).join("; ")})`
+    : "";
   return (
     `rank ${rank} of ${size}: the ring did not form within ${s}: it listens on ${addresses[rank].join(", ")} ` +
-    `for rank ${left} and connects to rank ${right} at ${addresses[right].join(", ")}; ` +
-    "check that every rank was started (see the launcher's log) and that these addresses are reachable"
+    `for rank ${left} and connects to rank ${right} at ${addresses[right].join(", ")}${refused}; ` +
+    "check that every rank was started by the same launch (see the launcher's log) and that these addresses are reachable"
   );
 }
 

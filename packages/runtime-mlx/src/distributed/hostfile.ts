@@ -27,6 +27,17 @@ export interface Hostfile {
   readonly envs: readonly string[];
 }
 
+/** The most ranks one launch starts (each is a process holding part of a model; more is a mistake). */
+export const MAX_RANKS = 64;
+/** The most ranks `--hosts a,b -n N` starts on each host. */
+export const MAX_RANKS_PER_HOST = 16;
+
+/** 0.0.0.0, :: (in any spelling) and ::ffff:0.0.0.0: "every interface", not an address to reach a rank at. */
+export function isWildcardAddress(ip: string): boolean {
+  const a = ip.toLowerCase();
+  return a === "0.0.0.0" || (isIP(a) === 6 && (/^[0:]+$/.test(a) || /^[0:]+:ffff:0\.0\.0\.0$/.test(a)));
+}
+
 /** Reads and checks a launcher hostfile; errors name the file and the entry at fault. */
 export function readHostfile(file: string): Hostfile {
   let text: string;
@@ -54,6 +65,12 @@ export function parseHostfile(data: unknown, file = "hostfile"): Hostfile {
     );
   }
   if (obj.hosts.length === 0) throw new HostfileError(file, '"hosts" is empty: give one host per rank');
+  if (obj.hosts.length > MAX_RANKS) {
+    throw new HostfileError(
+      file,
+      `lists ${obj.hosts.length} hosts; a launch starts at most ${MAX_RANKS} ranks`,
+    );
+  }
   const backend = obj.backend ?? "";
   if (typeof backend !== "string") throw new HostfileError(file, '"backend" must be a string');
   const envs = obj.envs ?? [];
@@ -81,6 +98,15 @@ export function parseHostfile(data: unknown, file = "hostfile"): Hostfile {
 export function hostsFromList(list: string, repeat = 1): Hostfile {
   const names = list.split(",").map((h) => h.trim());
   if (names.some((h) => h === "")) throw new HostfileError("--hosts", "a host name is empty");
+  if (!Number.isInteger(repeat) || repeat < 1 || repeat > MAX_RANKS_PER_HOST) {
+    throw new HostfileError("-n", `ranks per host must be 1 to ${MAX_RANKS_PER_HOST}, got ${repeat}`);
+  }
+  if (names.length * repeat > MAX_RANKS) {
+    throw new HostfileError(
+      "--hosts",
+      `${names.length} hosts × ${repeat} ranks is ${names.length * repeat}; a launch starts at most ${MAX_RANKS} ranks`,
+    );
+  }
   const hosts: Host[] = [];
   for (const ssh of names) {
     for (let i = 0; i < repeat; i++) hosts.push({ ssh, ips: isIP(ssh) ? [ssh] : [] });
@@ -93,6 +119,8 @@ export interface RingOptions {
   readonly startingPort?: number;
   /** TCP connections per IP between neighbours (mlx.launch's --connections-per-ip, default 1). */
   readonly connectionsPerIp?: number;
+  /** Let a rank's ips be a wildcard (0.0.0.0, ::): it then listens on every interface (default false). */
+  readonly allowWildcard?: boolean;
 }
 
 export const DEFAULT_STARTING_PORT = 32323;
@@ -110,7 +138,22 @@ export function ringAddresses(hostfile: Hostfile, o: RingOptions = {}): string[]
     }
     const out: string[] = [];
     for (const ip of h.ips) {
-      for (let c = 0; c < per; c++) out.push(`${ip}:${port++}`); // as mlx.launch writes them
+      if (isWildcardAddress(ip) && !o.allowWildcard) {
+        throw new HostfileError(
+          "hostfile",
+          `rank ${rank} (${h.ssh}): ${ip} means every interface, so the ring would listen on all of them; ` +
+            "give the address the other ranks reach this host at (or allow it explicitly: --allow-wildcard)",
+        );
+      }
+      for (let c = 0; c < per; c++) {
+        if (port > 65535) {
+          throw new HostfileError(
+            "hostfile",
+            `rank ${rank} (${h.ssh}) would need port ${port}: choose a lower --starting-port`,
+          );
+        }
+        out.push(`${ip}:${port++}`); // as mlx.launch writes them
+      }
     }
     return out;
   });

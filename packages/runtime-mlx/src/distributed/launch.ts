@@ -5,9 +5,15 @@
  * hostfile's `envs`, in the same folder. Hosts named 127.0.0.1 / localhost / ::1 run here; the others
  * through ssh (the same command must exist at the same path there).
  *
+ * Every rank's stdin is a pipe from the launcher (launcher-link.ts): its first line is the launch's
+ * secret (32 random bytes, new for each launch), which the ranks prove to each other as they join
+ * (ring-guard.ts) — out of band, never on a command line. The pipe then stays open, and a rank whose
+ * launcher is gone, however it ended, reads end-of-file and stops.
+ *
  * Local ranks run in process groups of their own, so that a Ctrl-C in the terminal reaches only the
  * launcher, which decides whom to tell (see LaunchedJob.stop and the CLI's launch command); when the
- * launcher's process exits, the ranks still running are killed.
+ * launcher's process exits, the ranks still running are killed (and if it is killed, they stop on
+ * their own, above).
  *
  * What happens when a rank ends is chosen for serving: when rank 0 ends, the others get `graceMs` to
  * follow (rank 0 tells them to stop) and are then killed; when another rank ends, the remaining
@@ -16,11 +22,13 @@
  * that ends cleanly — rank 0 told it to — stops nobody.)
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { type Hostfile, type RingOptions, ringAddresses } from "./hostfile.js";
+import { LAUNCH_CHANNEL_ENV } from "./launcher-link.js";
 
 export interface LaunchOptions {
   readonly hostfile: Hostfile;
@@ -72,6 +80,7 @@ const shq = (s: string) => `'${s.replaceAll("'", "'\\''")}'`;
 export function launchRing(o: LaunchOptions): LaunchedJob {
   const addresses = ringAddresses(o.hostfile, o.ring);
   const ringJson = JSON.stringify(addresses);
+  const secret = `${randomBytes(32).toString("hex")}\n`;
   const graceMs = o.graceMs ?? 10_000;
   const cwd = o.cwd ?? process.cwd();
   const envs: Record<string, string> = {};
@@ -92,8 +101,14 @@ export function launchRing(o: LaunchOptions): LaunchedJob {
     if (!remote) {
       child = spawn(o.command[0], o.command.slice(1), {
         cwd,
-        env: { ...process.env, ...envs, MLX_RANK: String(rank), MLX_HOSTFILE: localHostfile },
-        stdio: ["ignore", "pipe", "pipe"],
+        env: {
+          ...process.env,
+          ...envs,
+          MLX_RANK: String(rank),
+          MLX_HOSTFILE: localHostfile,
+          [LAUNCH_CHANNEL_ENV]: "stdin",
+        },
+        stdio: ["pipe", "pipe", "pipe"],
         detached: true,
       });
     } else {
@@ -103,13 +118,16 @@ export function launchRing(o: LaunchOptions): LaunchedJob {
         ...Object.entries(envs).map(([k, v]) => `export ${k}=${shq(v)}`),
         "f=$(mktemp) || exit 1",
         `printf '%s' ${shq(ringJson)} > "$f"`,
-        `export MLX_HOSTFILE="$f" MLX_RANK=${rank}`,
+        `export MLX_HOSTFILE="$f" MLX_RANK=${rank} ${LAUNCH_CHANNEL_ENV}=stdin`,
         'echo "ANEMLL_RANK_PID=$$"',
         `exec ${o.command.map(shq).join(" ")}`,
       ].join("; ");
       const ssh = o.ssh ?? ["ssh"];
-      child = spawn(ssh[0], [...ssh.slice(1), host.ssh, script], { stdio: ["ignore", "pipe", "pipe"] });
+      // stdin stays the ssh session's: the rank reads the secret from it, and its end when we are gone
+      child = spawn(ssh[0], [...ssh.slice(1), host.ssh, script], { stdio: ["pipe", "pipe", "pipe"] });
     }
+    child.stdin!.on("error", () => {}); // a rank that ended closes its end; its exit says the rest
+    child.stdin!.write(secret);
     const lines = (stream: "stdout" | "stderr") => {
       const src = stream === "stdout" ? child.stdout! : child.stderr!;
       createInterface({ input: src, crlfDelay: Number.POSITIVE_INFINITY }).on("line", (line) => {

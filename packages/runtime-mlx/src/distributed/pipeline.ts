@@ -300,6 +300,7 @@ export async function runPipelineWorker(
       inflight.push(headerIn);
       if (h.op === Op.Shutdown) {
         await g.wait(inflight, { timeoutMs: 5_000, what: "pipeline shutdown" });
+        await g.flush(); // the process may end now: rank 0 waits for this acknowledgement
         break;
       }
       const D = cfg.hiddenSize;

@@ -75,6 +75,7 @@ export async function planStages(
   const shares: number[] = [];
   for (let r = 0; r < group.size; r++) {
     if (values[2 * r + 1] !== signature) {
+      await group.flush(); // every rank sees the mismatch: let ours reach them before we end
       throw new DistributedError(
         "E_MLX_DIST_MISMATCH",
         `${group.describe(r)} was started with another model or other options than rank ${group.rank} ` +

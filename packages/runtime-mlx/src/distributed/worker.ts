@@ -34,7 +34,7 @@ export async function runMlxWorker(
       "runMlxWorker runs the ranks after the first; rank 0 loads the model with loadMlxModel(ref, { distributed })",
     );
   }
-  const view = openCheckpoint(r.dir, r.config);
+  const view = await openCheckpoint(r.dir, r.config);
   let layers: Awaited<ReturnType<typeof buildLayers>>;
   let range: { start: number; end: number };
   try {

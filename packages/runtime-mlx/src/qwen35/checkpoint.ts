@@ -16,10 +16,12 @@
  * the +1 twice (or not at all).
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { open } from "node:fs/promises";
 import { join } from "node:path";
 import type { DType } from "@anemll-qwen35/core";
 import {
   assertWeights,
+  checkSafetensorsShape,
   checkWeights,
   INDEX_FILE,
   parseSafetensorsIndex,
@@ -27,6 +29,7 @@ import {
   qwen35Parameters,
   SafetensorsError,
   type TensorListing,
+  WeightError,
 } from "@anemll-qwen35/ir/checkpoint";
 import { MlxModelLoadError } from "../errors.js";
 import * as mx from "../mlx.js";
@@ -87,6 +90,56 @@ export class RawTensors {
   dispose(): void {
     this.release(() => true);
   }
+
+  /** The float tensors whose stored name matches, checked for NaN and ±Inf (see FiniteCheck). */
+  finite(match: (name: string) => boolean): FiniteCheck {
+    // own handles: the stored ones may be released before the check is read
+    const tensors = [...this.arrays]
+      .filter(([name, a]) => match(name) && FLOAT.has(a.dtype))
+      .map(([name, a]) => [name, mx.reshape(a, a.shape)] as const);
+    // x − x is 0 for every finite x and NaN for NaN and ±Inf; a sum keeps the NaN
+    const sums = tensors.map(([, a]) => mx.sum(mx.subtract(a, a)));
+    const dispose = () => mx.dispose([...sums, ...tensors.map(([, a]) => a)]);
+    return {
+      arrays: sums,
+      verify: () => {
+        try {
+          const bad = sums.findIndex((s) => s.item() !== 0);
+          if (bad >= 0) throw this.nonFinite(tensors[bad][0], tensors[bad][1]);
+        } finally {
+          dispose();
+        }
+      },
+      dispose,
+    };
+  }
+
+  /** The error for a tensor known to hold a NaN or ±Inf: which element, what value (worded as ir's). */
+  private nonFinite(name: string, a: MxArray): WeightError {
+    return mx.tidy(() => {
+      const flat = mx.reshape(a, [-1]);
+      const at = Number(mx.argmax(mx.astype(mx.notEqual(mx.subtract(flat, flat), 0), "int32")).item());
+      const value = Number(mx.astype(mx.slice(flat, [at], [at + 1]), "float32").item());
+      return new WeightError({
+        file: this.fileOf.get(name),
+        tensor: name,
+        actual: String(value),
+        message: `"${name}" holds ${value} (element ${at} of [${a.shape.join(", ")}]); a checkpoint's weights must be finite`,
+      });
+    });
+  }
+}
+
+const FLOAT = new Set<Dtype>(["float32", "float16", "bfloat16"]);
+
+/**
+ * Scalars to evaluate with the weights they check (`arrays`), then `verify()`: throws WeightError
+ * naming the first tensor with a NaN or ±Inf, and releases the check (or `dispose()` it unread).
+ */
+export interface FiniteCheck {
+  readonly arrays: MxArray[];
+  verify(): void;
+  dispose(): void;
 }
 
 /**
@@ -182,6 +235,8 @@ export interface MlxView {
   storedName(name: string): string;
   /** Releases the stored tensors that layer `i` used (or the non-layer ones for i = -1). */
   releaseLayer(i: number): void;
+  /** The NaN/Inf check of the stored tensors of layer `i` (or the non-layer ones for i = -1). */
+  finite(i: number): FiniteCheck;
   dispose(): void;
 }
 
@@ -205,6 +260,7 @@ function mlxView(raw: RawTensors): MlxView {
     },
     has,
     releaseLayer: (i) => raw.release((n) => layerOf(n) === i),
+    finite: (i) => raw.finite((n) => layerOf(n) === i),
     dispose: () => raw.dispose(),
   };
 }
@@ -273,13 +329,57 @@ function hfView(raw: RawTensors, config: Qwen35Config): MlxView {
       return a !== undefined;
     },
     releaseLayer: (i) => raw.release((n) => layerOf(n) === i),
+    finite: (i) => raw.finite((n) => layerOf(n) === i),
     dispose: () => raw.dispose(),
   };
 }
 
-/** Opens `dir`'s weights in mlx-lm's layout; validates HF checkpoints against the config. */
-export function openCheckpoint(dir: string, config: Qwen35Config): MlxView {
-  const raw = new RawTensors(dir, weightFiles(dir));
+/**
+ * Checks every tensor shape in each file's header with ir's check, the one convert applies: MLX's
+ * own reader would take a shape of [1024.5, 128] as [1024, 128]. (MLX files hold dtypes ir does
+ * not read, U32 for packed weights, so only the shapes are ir's business here.)
+ */
+async function checkShapes(files: readonly string[]): Promise<void> {
+  for (const file of files) {
+    let header: unknown;
+    try {
+      const fh = await open(file, "r");
+      try {
+        const len = Buffer.alloc(8);
+        await fh.read(len, 0, 8, 0);
+        const n = Number(len.readBigUInt64LE(0));
+        const { size } = await fh.stat();
+        if (size < 8 || n > size - 8)
+          throw new Error(`header length ${n} runs past the end of the file (${size} bytes)`);
+        const json = Buffer.alloc(n);
+        await fh.read(json, 0, n, 8);
+        header = JSON.parse(json.toString("utf8"));
+      } finally {
+        await fh.close();
+      }
+    } catch (cause) {
+      throw new SafetensorsError(
+        file,
+        undefined,
+        `not a readable safetensors header (${(cause as Error).message})`,
+        {
+          cause,
+        },
+      );
+    }
+    if (typeof header !== "object" || header === null) continue; // MLX says what is wrong
+    for (const [name, entry] of Object.entries(header)) {
+      if (name !== "__metadata__" && typeof entry === "object" && entry !== null)
+        checkSafetensorsShape((entry as { shape?: unknown }).shape, file, name);
+    }
+  }
+}
+
+/** Opens `dir`'s weights in mlx-lm's layout; checks the files' shapes, and HF checkpoints against the config. */
+export async function openCheckpoint(dir: string, config: Qwen35Config): Promise<MlxView> {
+  const files = weightFiles(dir);
+  await checkShapes(files);
+  const raw = new RawTensors(dir, files);
   try {
     const format = detectFormat(raw);
     // Vision tower and MTP head are never used: drop their handles now.

@@ -13,7 +13,7 @@ import { MlxModelLoadError } from "../errors.js";
 import * as mx from "../mlx.js";
 import type { Dtype, MxArray } from "../native.js";
 import type { AttentionWeights } from "./attention.js";
-import type { MlxView } from "./checkpoint.js";
+import type { FiniteCheck, MlxView } from "./checkpoint.js";
 import type { GdnWeights } from "./gdn.js";
 import { dense, type FusedLinear, type Weight, weightArrays } from "./linear.js";
 import type { MlpWeights } from "./mlp.js";
@@ -396,7 +396,7 @@ async function buildParts(
         globals.norm,
       ];
       built.push(...mx.keep(globalArrays));
-      await mx.asyncEval(globalArrays);
+      await evalChecked(globalArrays, view.finite(-1));
       progress?.onProgress?.({ done: 1, total });
     }
     view.releaseLayer(-1);
@@ -418,8 +418,9 @@ async function buildParts(
       );
       const arrays = [...new Set(collect(layer))];
       built.push(...mx.keep(arrays));
+      const finite = view.finite(i);
       view.releaseLayer(i);
-      await mx.asyncEval(arrays);
+      await evalChecked(arrays, finite);
       layers.push(layer);
       progress?.onProgress?.({ done: layers.length + (withGlobals ? 1 : 0), total });
     }
@@ -428,6 +429,17 @@ async function buildParts(
     mx.dispose(built);
     throw error;
   }
+}
+
+/** Evaluates `arrays` with the NaN/Inf check of the stored tensors they were made from. */
+async function evalChecked(arrays: MxArray[], finite: FiniteCheck): Promise<void> {
+  try {
+    await mx.asyncEval([...arrays, ...finite.arrays]);
+  } catch (error) {
+    finite.dispose();
+    throw error;
+  }
+  finite.verify();
 }
 
 /** Every array inside a layer's weights. */

@@ -5,10 +5,21 @@
  *
  * - "scenario": rank 0 runs the parity scenario on each model and writes what it saw to `out`;
  * - "decode": rank 0 decodes greedily, printing "STEP <n>" after each step, until the model fails
- *   (printing "FAILED <json>" with the error and what later calls throw) or `steps` are done.
+ *   (printing "FAILED <json>" with the error and what later calls throw) or `steps` are done;
+ * - "join": every rank joins the group, gathers every rank's number and prints "JOINED <json>" (with
+ *   the connections it refused) or "FAILED <json>";
+ * - "wait": every rank takes the launch's secret, prints "READY <pid>" and waits forever (with
+ *   `ignoreTerm`, deaf to SIGTERM): it ends only when its launcher is gone.
  */
 import { writeFileSync } from "node:fs";
-import { launchedRank, loadMlxModel, mx, runMlxWorker } from "../../src/index.js";
+import {
+  attachToLauncher,
+  joinGroup,
+  launchedRank,
+  loadMlxModel,
+  mx,
+  runMlxWorker,
+} from "../../src/index.js";
 import { argmax, logitsOf, type RankModel, runScenario, type ScenarioResult } from "./scenario.js";
 
 export type RankJob =
@@ -22,7 +33,9 @@ export type RankJob =
       pings: number;
       stepTimeoutMs?: number;
     }
-  | { mode: "idle"; model: RankModel; idleMs: number; stepTimeoutMs?: number };
+  | { mode: "idle"; model: RankModel; idleMs: number; stepTimeoutMs?: number }
+  | { mode: "join"; timeoutMs: number }
+  | { mode: "wait"; ignoreTerm?: boolean };
 
 /** What each rank of a "bench" job prints as "STATS <json>" at the end. */
 export interface RankStats {
@@ -56,7 +69,26 @@ const options = (m: RankModel, stepTimeoutMs?: number) => ({
   distributed: launchedRank() === undefined ? undefined : distributed(m, stepTimeoutMs),
 });
 
-if (job.mode === "scenario") {
+if (job.mode === "join") {
+  try {
+    const g = await joinGroup({ timeoutMs: job.timeoutMs });
+    // the ring carries data: every rank's number, gathered by every rank
+    const all = g.allGather(mx.array(Int32Array.of(g.rank), [1]));
+    await g.wait([all], { timeoutMs: job.timeoutMs, what: "gathering the ranks" });
+    console.log(
+      `JOINED ${JSON.stringify({ gathered: [...(all.toTypedArray() as Int32Array)], refused: g.refused })}`,
+    );
+  } catch (error) {
+    const e = error as { code?: string; message: string };
+    console.log(`FAILED ${JSON.stringify({ code: e.code, message: e.message })}`);
+    process.exit(1);
+  }
+} else if (job.mode === "wait") {
+  if (job.ignoreTerm) process.on("SIGTERM", () => {});
+  await attachToLauncher();
+  console.log(`READY ${process.pid}`);
+  setInterval(() => {}, 2 ** 30);
+} else if (job.mode === "scenario") {
   const results: Record<string, ScenarioResult & { layers: { start: number; end: number }[] }> = {};
   try {
     for (const m of job.models) {
