@@ -17,8 +17,9 @@
  */
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import type { ToolSpec } from "./chat-template.js";
+import type { Tokenizer } from "./tokenizer.js";
 import { UnsupportedSchemaError } from "./errors.js";
-import type { GrammarSpec, TagFormat, TagItem } from "./grammar-engine.js";
+import { compileConstraint, type GrammarSpec, type TagFormat, type TagItem } from "./grammar-engine.js";
 import { checkJsonSchema, type JsonSchema } from "./json-schema.js";
 import { isRawStringType } from "./tool-calls.js";
 
@@ -127,6 +128,19 @@ export function planConstraint(o: ConstraintOptions): ConstraintPlan | undefined
     spec: structural({ type: "triggered_tags", triggers: ["<tool_call>"], tags, stop_after_first: single }),
     literalAnswer: false,
   };
+}
+
+/**
+ * Checks and compiles (into the engine's cache) the constraint `o` asks for, so that a server can
+ * refuse a bad one before the request waits for its model; generate() with the same options then
+ * starts at once. Throws what generate() would: UnsupportedSchemaError, InvalidArgumentError,
+ * GrammarError. Returns false when nothing is constrained.
+ */
+export async function prepareConstraint(tokenizer: Tokenizer, o: ConstraintOptions): Promise<boolean> {
+  const plan = planConstraint(o);
+  if (!plan) return false;
+  (await compileConstraint(tokenizer, plan.spec)).dispose();
+  return true;
 }
 
 function structural(format: TagFormat): GrammarSpec {

@@ -44,11 +44,14 @@ export class UnsupportedSchemaError extends AnemllError {
   readonly where: string;
   readonly path: readonly (string | number)[];
   readonly keyword: string | undefined;
-  constructor(where: string, path: readonly (string | number)[], keyword: string | undefined, why: string) {
-    super("E_UNSUPPORTED_SCHEMA", `${schemaPlace(where, path)}: ${why}`);
+  /** What is wrong, without the place (the message is `place: reason`). */
+  readonly reason: string;
+  constructor(where: string, path: readonly (string | number)[], keyword: string | undefined, reason: string) {
+    super("E_UNSUPPORTED_SCHEMA", `${schemaPlace(where, path)}: ${reason}`);
     this.where = where;
     this.path = path;
     this.keyword = keyword;
+    this.reason = reason;
   }
 }
 
