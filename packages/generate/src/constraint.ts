@@ -17,10 +17,10 @@
  */
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import type { ToolSpec } from "./chat-template.js";
-import type { Tokenizer } from "./tokenizer.js";
 import { UnsupportedSchemaError } from "./errors.js";
 import { compileConstraint, type GrammarSpec, type TagFormat, type TagItem } from "./grammar-engine.js";
 import { checkJsonSchema, type JsonSchema } from "./json-schema.js";
+import type { Tokenizer } from "./tokenizer.js";
 import { isRawStringType } from "./tool-calls.js";
 
 /**

@@ -46,7 +46,12 @@ export class UnsupportedSchemaError extends AnemllError {
   readonly keyword: string | undefined;
   /** What is wrong, without the place (the message is `place: reason`). */
   readonly reason: string;
-  constructor(where: string, path: readonly (string | number)[], keyword: string | undefined, reason: string) {
+  constructor(
+    where: string,
+    path: readonly (string | number)[],
+    keyword: string | undefined,
+    reason: string,
+  ) {
     super("E_UNSUPPORTED_SCHEMA", `${schemaPlace(where, path)}: ${reason}`);
     this.where = where;
     this.path = path;

@@ -340,14 +340,33 @@ export async function compileConstraint(
  */
 export function applyTokenMask(logits: Float32Array, mask: Int32Array, out?: Float32Array): Float32Array {
   const row = out && out.length === logits.length ? out : new Float32Array(logits.length);
-  row.set(logits);
-  const n = Math.min(logits.length, mask.length * 32);
-  for (let w = 0; w < mask.length; w++) {
+  const n = logits.length;
+  const words = Math.min(mask.length, n >> 5);
+  const NEG = Number.NEGATIVE_INFINITY;
+  row.set(logits); // one native copy; then only the refused ids are written
+  let w = 0;
+  while (w < words) {
     const bits = mask[w];
-    if (bits === -1) continue; // all 32 allowed
-    const base = w * 32;
-    const end = Math.min(base + 32, n);
-    for (let i = base; i < end; i++) if (((bits >>> (i - base)) & 1) === 0) row[i] = Number.NEGATIVE_INFINITY;
+    if (bits === -1) {
+      w++;
+      continue;
+    }
+    if (bits === 0) {
+      // refused words come in runs under a grammar: one native fill for a long run
+      let end = w + 1;
+      while (end < words && mask[end] === 0) end++;
+      if (end - w >= 8) row.fill(NEG, w << 5, end << 5);
+      else for (let i = w << 5; i < end << 5; i++) row[i] = NEG;
+      w = end;
+      continue;
+    }
+    const base = w << 5;
+    for (let x = ~bits; x !== 0; x &= x - 1) row[base + 31 - Math.clz32(x & -x)] = NEG;
+    w++;
+  }
+  for (let i = words << 5; i < n; i++) {
+    const k = i >> 5;
+    if (k < mask.length && ((mask[k] >>> (i & 31)) & 1) === 0) row[i] = NEG;
   }
   return row;
 }

@@ -129,7 +129,8 @@ beforeAll(async () => {
   const tmp = mkdtempSync(join(tmpdir(), "structured-"));
   const chain = join(tmp, "trained");
   const argmax = join(tmp, "argmax");
-  await convert({ model: TINY_TRAINED, out: chain, ctx: 1024 });
+  // fp32 without weight quantization: the interpreter's fastest form (the tools' prompt is ~680 tokens)
+  await convert({ model: TINY_TRAINED, out: chain, ctx: 1024, dtype: "fp32", body: "none", lmHead: "none" });
   await convert({ model: TINY_TIED, out: argmax, ctx: 128, fuse: 1, argmax: true });
   server = await createServer({
     models: [
