@@ -130,7 +130,14 @@ beforeAll(async () => {
   const chain = join(tmp, "trained");
   const argmax = join(tmp, "argmax");
   // fp32 without weight quantization: the interpreter's fastest form (the tools' prompt is ~680 tokens)
-  await convert({ model: TINY_TRAINED, out: chain, ctx: 1024, dtype: "fp32", body: "none", lmHead: "none" });
+  await convert({
+    model: TINY_TRAINED,
+    out: chain,
+    ctx: 1024,
+    dtype: "fp32",
+    body: { kind: "none" },
+    lmHead: { kind: "none" },
+  });
   await convert({ model: TINY_TIED, out: argmax, ctx: 128, fuse: 1, argmax: true });
   server = await createServer({
     models: [
