@@ -377,6 +377,18 @@ export async function main(dir: string): Promise<GenerationResult> {
     cwd: small,
   });
 
+  step("constrained decoding loads its engine (web-xgrammar's WebAssembly) from the installed tarball");
+  const grammarProbe = `
+    import { compileConstraint, loadTokenizer } from "@anemll-qwen35/generate";
+    const tok = await loadTokenizer(${JSON.stringify(join(root, "fixtures", "tokenizer"))});
+    const m = await compileConstraint(tok, { kind: "json_schema", schema: { enum: ["yes"] } });
+    const quote = tok.encode('"')[0];
+    const mask = await m.mask();
+    if (((mask[quote >> 5] >>> (quote & 31)) & 1) !== 1) throw new Error("the mask refuses the opening quote");
+    if (m.accept(tok.encode("{")[0])) throw new Error("the grammar took a {");
+    m.dispose();`;
+  run(process.execPath, ["--input-type=module", "-e", grammarProbe], { cwd: small });
+
   if (!process.argv.includes("--skip-publish")) {
     step("pnpm publish -r --dry-run");
     run("pnpm", ["publish", "-r", "--dry-run", "--no-git-checks"], { cwd: root });

@@ -1,7 +1,8 @@
 /** Sampling and prompt options shared by run and chat. */
-import type { GenerationStats, SamplingOptions } from "@anemll-qwen35/generate";
+import { readFileSync } from "node:fs";
+import type { GenerationStats, JsonSchema, SamplingOptions } from "@anemll-qwen35/generate";
 import type { Command } from "commander";
-import { int, num } from "./options.js";
+import { int, num, UsageError } from "./options.js";
 
 export function addSamplingOptions(cmd: Command): Command {
   return cmd
@@ -15,6 +16,34 @@ export function addSamplingOptions(cmd: Command): Command {
     .option("--seed <n>", "sampling seed", int("--seed", 0))
     .option("--stop <text...>", "stop strings")
     .option("--think", "let the model think first (Qwen3.5 enable_thinking)");
+}
+
+/** Constrained decoding: the answer held to a JSON Schema or an EBNF grammar read from a file. */
+export function addConstraintOptions(cmd: Command): Command {
+  return cmd
+    .option("--json-schema <file>", "constrain the answer to one JSON value valid against this JSON Schema")
+    .option("--grammar <file>", "constrain the answer to this EBNF grammar (xgrammar's dialect: root ::= …)");
+}
+
+/** The generate() options of --json-schema / --grammar; a file that cannot be read or parsed is a UsageError. */
+export function constraintFrom(o: Record<string, unknown>): { jsonSchema?: JsonSchema; grammar?: string } {
+  if (o.jsonSchema !== undefined && o.grammar !== undefined)
+    throw new UsageError("give either --json-schema or --grammar, not both");
+  const read = (option: string, file: string) => {
+    try {
+      return readFileSync(file, "utf8");
+    } catch (err) {
+      throw new UsageError(`${option} ${file}: ${(err as Error).message}`);
+    }
+  };
+  if (typeof o.grammar === "string") return { grammar: read("--grammar", o.grammar) };
+  if (typeof o.jsonSchema !== "string") return {};
+  const text = read("--json-schema", o.jsonSchema);
+  try {
+    return { jsonSchema: JSON.parse(text) as JsonSchema };
+  } catch (err) {
+    throw new UsageError(`--json-schema ${o.jsonSchema}: not JSON (${(err as Error).message})`);
+  }
 }
 
 export function samplingFrom(o: Record<string, unknown>): SamplingOptions {

@@ -52,6 +52,34 @@ describe("convert → run → verify → inspect", () => {
     expect(doc.stats.decodeTokensPerSecond).toBeGreaterThan(0);
   });
 
+  it("run --json-schema FILE holds the answer to the schema (random-weight model)", async () => {
+    const file = join(work, "answer.schema.json");
+    const schema = {
+      type: "object",
+      properties: { ok: { type: "boolean" }, n: { type: "integer", minimum: 0, maximum: 9 } },
+      required: ["ok", "n"],
+      additionalProperties: false,
+    };
+    writeFileSync(file, JSON.stringify(schema));
+    const held = ["--backend", "reference", "--json-schema", file, "--max-tokens", "24"];
+    const r = await cli("--json", "run", exact, "Hi!", ...held);
+    expect(r.code, r.stderr).toBe(0);
+    const doc = JSON.parse(r.stdout);
+    expect(doc.finishReason).toBe("stop");
+    const value = JSON.parse(doc.text);
+    expect(Object.keys(value)).toEqual(["ok", "n"]);
+    expect(typeof value.ok).toBe("boolean");
+    expect(Number.isInteger(value.n) && value.n >= 0 && value.n <= 9).toBe(true);
+
+    writeFileSync(file, JSON.stringify({ type: "array", uniqueItems: true }));
+    const bad = await cli("run", exact, "Hi!", "--backend", "reference", "--json-schema", file);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/jsonSchema\.uniqueItems: "uniqueItems" is not supported/);
+    const missing = await cli("run", exact, "Hi!", "--json-schema", join(work, "nope.json"));
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/--json-schema .*nope\.json/);
+  });
+
   it("run streams text and prints a stats line", async () => {
     const r = await cli("run", exact, "Hi!", "--backend", "reference", "--max-tokens", "5");
     expect(r.code, r.stderr).toBe(0);

@@ -9,6 +9,11 @@ export interface ToolSpec {
     description?: string;
     /** JSON Schema of the arguments object. */
     parameters?: Record<string, unknown>;
+    /**
+     * Constrain this tool's calls to its name and `parameters` (constrained decoding), as OpenAI's
+     * strict function calling. Calls forced by `toolChoice` are constrained whatever this says.
+     */
+    strict?: boolean;
   };
 }
 

@@ -34,3 +34,43 @@ export class UnsupportedSamplingError extends AnemllError {
     super("E_UNSUPPORTED_SAMPLING", message);
   }
 }
+
+/**
+ * A JSON Schema given for constrained decoding uses a keyword the engine does not enforce exactly
+ * (see SUPPORTED_SCHEMA_KEYWORDS). `where` names the schema (`jsonSchema`,
+ * `tools[0].function.parameters`), `path` the place inside it, `keyword` the offending keyword.
+ */
+export class UnsupportedSchemaError extends AnemllError {
+  readonly where: string;
+  readonly path: readonly (string | number)[];
+  readonly keyword: string | undefined;
+  /** What is wrong, without the place (the message is `place: reason`). */
+  readonly reason: string;
+  constructor(
+    where: string,
+    path: readonly (string | number)[],
+    keyword: string | undefined,
+    reason: string,
+  ) {
+    super("E_UNSUPPORTED_SCHEMA", `${schemaPlace(where, path)}: ${reason}`);
+    this.where = where;
+    this.path = path;
+    this.keyword = keyword;
+    this.reason = reason;
+  }
+}
+
+/** `where` + `path` as a field name: `jsonSchema.properties.tags.items`. */
+export function schemaPlace(where: string, path: readonly (string | number)[]): string {
+  let s = where;
+  for (const p of path)
+    s += typeof p === "number" ? `[${p}]` : /^[A-Za-z_$][\w$]*$/.test(p) ? `.${p}` : `[${JSON.stringify(p)}]`;
+  return s;
+}
+
+/** A grammar (or a schema turned into one) that the structured-generation engine could not compile. */
+export class GrammarError extends AnemllError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("E_GRAMMAR", message, options);
+  }
+}

@@ -1,5 +1,9 @@
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import type { ChatMessage, ToolCall, ToolSpec } from "./chat-template.js";
+import { type ConstraintPlan, planConstraint, type ToolChoice } from "./constraint.js";
+import { UnsupportedSamplingError } from "./errors.js";
+import { applyTokenMask, compileConstraint, type TokenMatcher } from "./grammar-engine.js";
+import type { JsonSchema } from "./json-schema.js";
 import type { PromptCache } from "./prompt-cache.js";
 import { Sampler, type SamplingOptions } from "./sampler.js";
 import {
@@ -66,6 +70,8 @@ export type GenerationChunk =
  * - `decodeMs`: the sum of the `model.decode()` calls alone (no sampling or detokenization).
  * - `decodeTokensPerSecond`: `decodeSteps / (decodeMs / 1000)`; 0 when no decode step ran.
  * - `totalMs`: from the `generate()` call until the result is ready.
+ * - `maskMs`: constrained decoding: computing and applying the token masks (0 without a constraint);
+ *   compiling the constraint is in `timeToFirstTokenMs`, not here.
  */
 export interface GenerationStats {
   promptTokens: number;
@@ -78,6 +84,7 @@ export interface GenerationStats {
   decodeMs: number;
   decodeTokensPerSecond: number;
   totalMs: number;
+  maskMs: number;
 }
 
 export interface GenerationResult {
@@ -147,6 +154,27 @@ export interface GenerateOptions {
   onToken?: (id: number) => void;
   /** Called with each chunk as it is produced (the same chunks the iterator yields). */
   onChunk?: (chunk: GenerationChunk) => void;
+  /**
+   * Constrained decoding: the answer is one JSON value valid against this schema (compact, one
+   * line). Only the keywords listed in the README are accepted (UnsupportedSchemaError otherwise).
+   * With thinking on, the constraint starts after </think>.
+   */
+  jsonSchema?: JsonSchema;
+  /** Constrained decoding: the answer matches this EBNF grammar (xgrammar's dialect, `root ::= …`). */
+  grammar?: string;
+  /**
+   * `"required"` / `{ name }`: the answer is one or more calls to `tools` (to that one), constrained
+   * to their names and parameter schemas. `"auto"` (default): the model may answer or call; calls
+   * to tools marked `strict: true` are constrained.
+   */
+  toolChoice?: ToolChoice;
+  /** False: at most one tool call (the grammar ends after it). Default true. */
+  parallelToolCalls?: boolean;
+  /**
+   * Text of the answer that the prompt already ends with (e.g. a forced `<tool_call>\n<function=`):
+   * the constraint takes it as written. Only read when something is constrained.
+   */
+  answerPrefix?: string;
 }
 
 /**
@@ -261,14 +289,26 @@ class GenerationImpl implements Generation {
 
     const sampler = new Sampler(o.sampling);
     if (model.outputKind === "top1") sampler.assertTop1Compatible();
+    const constraint = planConstraint(o);
+    if (constraint && model.outputKind === "top1") throw topOneCannotBeMasked();
+    const eosTokenIds = [...tokenizer.eosTokenIds, ...(o.eosTokenIds ?? [])];
     const rules = new StopRules({
-      eosTokenIds: [...tokenizer.eosTokenIds, ...(o.eosTokenIds ?? [])],
+      eosTokenIds,
       stopStrings: o.stop,
       maxTokens: o.maxTokens,
     });
     const matcher = rules.matcher();
     const decoder = tokenizer.streamingDecoder();
-    const segmenter = new Segmenter({ startInThinking: opensThinking(promptText) });
+    const startInThinking = opensThinking(promptText);
+    const segmenter = new Segmenter({ startInThinking, literalAnswer: constraint?.literalAnswer });
+    const grammar = constraint
+      ? await startMatcher(tokenizer, constraint, eosTokenIds, o.answerPrefix)
+      : undefined;
+    // No mask while thinking: the constraint starts with the token after the one closing </think>.
+    let masking = grammar !== undefined && !startInThinking;
+    let thought = "";
+    let masked: Float32Array | undefined;
+    let maskMs = 0;
 
     const generated: number[] = [];
     const history = promptIds.slice(); // prompt + generated, for penalties
@@ -335,7 +375,18 @@ class GenerationImpl implements Generation {
         prefillMs = performance.now() - tp;
 
         for (;;) {
-          const id = sampler.pick(out, history, tokenizer.vocabSize);
+          let row = out;
+          if (masking && grammar) {
+            if (!("logits" in out)) throw topOneCannotBeMasked();
+            const tm = performance.now();
+            masked = applyTokenMask(out.logits, await grammar.mask(), masked);
+            row = { logits: masked };
+            maskMs += performance.now() - tm;
+          }
+          const id = sampler.pick(row, history, tokenizer.vocabSize);
+          if (masking && grammar && !grammar.accept(id)) {
+            throw new Error(`constrained decoding: the grammar refused token ${id} its own mask allowed`);
+          }
           sampledTokens++;
           if (sampledTokens === 1) timeToFirstTokenMs = performance.now() - this.t0;
           if (rules.isEos(id)) {
@@ -347,7 +398,12 @@ class GenerationImpl implements Generation {
           unattributed.push(id);
           o.onToken?.(id);
           if (!isControl(id)) {
-            const m = feedText(decoder.push(id));
+            const piece = decoder.push(id);
+            if (grammar && !masking) {
+              thought += piece;
+              masking = thought.includes(THINK_CLOSE);
+            }
+            const m = feedText(piece);
             if (m.stopped) {
               detail = { type: "stop_string", stopString: m.stopString ?? "" };
               break;
@@ -374,6 +430,8 @@ class GenerationImpl implements Generation {
     } catch (err) {
       if (!(signal.aborted && isAbortError(err))) throw err;
       detail = { type: "abort" };
+    } finally {
+      grammar?.dispose();
     }
 
     if (detail?.type !== "stop_string") {
@@ -412,6 +470,7 @@ class GenerationImpl implements Generation {
         decodeMs,
         decodeTokensPerSecond: decodeMs > 0 ? decodeSteps / (decodeMs / 1000) : 0,
         totalMs,
+        maskMs,
       },
     };
   }
@@ -424,7 +483,8 @@ class GenerationImpl implements Generation {
         throw new InvalidArgumentError("generate: give either `prompt` or `messages`, not both");
       // special-token text inside the messages stays text (see Tokenizer.encodeChat)
       return tokenizer.encodeChat(o.messages, {
-        tools: o.tools,
+        // `strict` steers decoding, not the prompt: the model sees the same tools either way
+        tools: o.tools?.map(({ function: { strict: _, ...fn }, ...t }) => ({ ...t, function: fn })),
         enableThinking: o.enableThinking,
         extra: o.templateVariables,
       });
@@ -492,4 +552,29 @@ async function prefillPrompt(
 export function opensThinking(promptText: string): boolean {
   const turn = promptText.slice(Math.max(0, promptText.lastIndexOf("<|im_start|>")));
   return turn.lastIndexOf(THINK_OPEN) > turn.lastIndexOf(THINK_CLOSE);
+}
+
+function topOneCannotBeMasked(): UnsupportedSamplingError {
+  return new UnsupportedSamplingError(
+    "constrained decoding (jsonSchema, grammar, strict or forced tool calls) masks the model's logits, " +
+      "but this model returns only its top-1 token (a chain converted with --argmax); convert it " +
+      "with a full logits head to constrain its output",
+  );
+}
+
+/** The constraint's matcher at the start of the answer (past `answerPrefix`, if the prompt wrote one). */
+async function startMatcher(
+  tokenizer: Tokenizer,
+  plan: ConstraintPlan,
+  eosTokenIds: readonly number[],
+  answerPrefix: string | undefined,
+): Promise<TokenMatcher> {
+  const matcher = await compileConstraint(tokenizer, plan.spec, eosTokenIds);
+  if (answerPrefix && !matcher.acceptText(answerPrefix)) {
+    matcher.dispose();
+    throw new InvalidArgumentError(
+      `answerPrefix ${JSON.stringify(answerPrefix.slice(0, 60))} is not a start the constraint allows`,
+    );
+  }
+  return matcher;
 }

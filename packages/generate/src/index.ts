@@ -40,6 +40,18 @@ export {
 export { Sampler, type SamplingOptions } from "./sampler.js";
 export { PromptCache, type PromptCacheOptions, type PromptCacheStats } from "./prompt-cache.js";
 
+// Constrained decoding (xgrammar's WebAssembly engine): JSON schemas, grammars and strict tool
+// calls as token masks on the host, composed with the sampler, stop rules and thinking
+export {
+  type ConstraintOptions,
+  type ConstraintPlan,
+  planConstraint,
+  prepareConstraint,
+  type ToolChoice,
+} from "./constraint.js";
+export { applyTokenMask, compileConstraint, type GrammarSpec, TokenMatcher } from "./grammar-engine.js";
+export { checkJsonSchema, type JsonSchema, SUPPORTED_SCHEMA_KEYWORDS } from "./json-schema.js";
+
 // What a runtime implements: a stateful model stepped token by token, snapshots optional
 export {
   canSnapshot,
@@ -65,6 +77,9 @@ export {
 export {
   ChatTemplateError,
   MalformedTokenizerFileError,
+  GrammarError,
   MissingTokenizerFileError,
+  schemaPlace,
   UnsupportedSamplingError,
+  UnsupportedSchemaError,
 } from "./errors.js";

@@ -23,9 +23,11 @@ export type Segment =
   /** Generation ended inside a `<tool_call>` block. */
   | { kind: "tool_call"; body: string; closed: false };
 
-type Mode = "text" | "thinking" | "tool_call";
+/** `literal`: an answer held to a schema or grammar, taken as it is (no markers read inside it). */
+type Mode = "text" | "thinking" | "tool_call" | "literal";
 
 const MARKERS: Record<Mode, readonly string[]> = {
+  literal: [],
   // A stray </think> in the answer (the prompt opened <think> without us seeing it) is dropped too.
   text: [THINK_OPEN, THINK_CLOSE, TOOL_CALL_OPEN],
   thinking: [THINK_CLOSE],
@@ -42,9 +44,16 @@ export class Segmenter {
   private stripLeading: boolean;
   private toolBody = "";
 
-  /** `startInThinking`: the prompt already opened `<think>` (Qwen3.5's thinking generation prompt). */
-  constructor(options: { startInThinking?: boolean } = {}) {
-    this.mode = options.startInThinking ? "thinking" : "text";
+  private readonly answerMode: "text" | "literal";
+
+  /**
+   * `startInThinking`: the prompt already opened `<think>` (Qwen3.5's thinking generation prompt).
+   * `literalAnswer`: the answer (after any thinking) is text held to a schema or grammar; markers
+   * written inside it (a JSON string saying "<tool_call>") are text.
+   */
+  constructor(options: { startInThinking?: boolean; literalAnswer?: boolean } = {}) {
+    this.answerMode = options.literalAnswer ? "literal" : "text";
+    this.mode = options.startInThinking ? "thinking" : this.answerMode;
     this.stripLeading = this.mode === "thinking";
   }
 
@@ -71,7 +80,8 @@ export class Segmenter {
     const out: Segment[] = [];
     this.content(this.buf, out);
     this.buf = "";
-    if (this.mode === "text" && this.heldSpace) out.push({ kind: "text", text: this.heldSpace });
+    if ((this.mode === "text" || this.mode === "literal") && this.heldSpace)
+      out.push({ kind: "text", text: this.heldSpace });
     if (this.mode === "tool_call") out.push({ kind: "tool_call", body: this.toolBody, closed: false });
     this.heldSpace = "";
     this.toolBody = "";
@@ -90,7 +100,7 @@ export class Segmenter {
       this.mode = "tool_call";
       return;
     } else {
-      this.mode = "text"; // </think>
+      this.mode = this.answerMode; // </think>
     }
     this.stripLeading = true;
   }
@@ -109,7 +119,7 @@ export class Segmenter {
     const all = this.heldSpace + text;
     const body = all.trimEnd();
     this.heldSpace = all.slice(body.length);
-    if (body.length > 0) out.push({ kind: this.mode, text: body });
+    if (body.length > 0) out.push({ kind: this.mode === "thinking" ? "thinking" : "text", text: body });
   }
 }
 

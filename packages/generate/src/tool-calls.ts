@@ -123,9 +123,17 @@ function parseJsonCall(s: string, raw: string): ToolCallParse {
   return { ok: true, call: { name: obj.name, arguments: args as Record<string, unknown> } };
 }
 
-function convertValue(value: string, type: unknown): unknown {
+/**
+ * True when a parameter whose schema has this `type` is written as raw text (Qwen3.5's template
+ * writes strings as they are and everything else as JSON): `"string"` or a list of only "string".
+ */
+export function isRawStringType(type: unknown): boolean {
   const types = Array.isArray(type) ? type : type === undefined ? [] : [type];
-  if (types.length > 0 && types.every((t) => t === "string")) return value;
+  return types.length > 0 && types.every((t) => t === "string");
+}
+
+function convertValue(value: string, type: unknown): unknown {
+  if (isRawStringType(type)) return value;
   try {
     return JSON.parse(value);
   } catch {

@@ -11,12 +11,17 @@ import { randomBytes } from "node:crypto";
 import {
   type ChatMessage,
   ChatTemplateError,
+  type ConstraintOptions,
   type GenerationChunk,
   type GenerationResult,
+  GrammarError,
   parseToolCall,
+  prepareConstraint,
+  schemaPlace,
   type ToolSpec,
+  UnsupportedSchemaError,
 } from "@anemll-qwen35/generate";
-import { invalidParam } from "./errors.js";
+import { ApiError, invalidParam } from "./errors.js";
 import type { ServedModel } from "./models.js";
 import { type GenerationPlan, planSampling, promptCanFit, promptFits } from "./plan.js";
 import type { ChatCompletionRequest, ChatMessageIn } from "./schemas.js";
@@ -30,6 +35,11 @@ export interface ChatPlan extends GenerationPlan {
   readonly forcedCallPrefix: string | undefined;
   /** `parallel_tool_calls: false`: stop at the first call. */
   readonly firstCallOnly: boolean;
+  /**
+   * Constrained decoding for generate(): response_format's schema, strict tools, forced calls
+   * (with the part of the call the prompt already wrote as `answerPrefix`). Empty when free.
+   */
+  readonly constraint: Omit<ConstraintOptions, "tools"> & { answerPrefix?: string };
 }
 
 /** Validates and renders a chat request for one model. Throws ApiError (400) naming the field. */
@@ -42,9 +52,12 @@ export async function planChat(req: ChatCompletionRequest, served: ServedModel):
       name: t.function.name,
       ...(t.function.description !== undefined ? { description: t.function.description } : {}),
       ...(t.function.parameters !== undefined ? { parameters: t.function.parameters } : {}),
+      ...(t.function.strict ? { strict: true } : {}),
     },
   }));
   const choice = req.tool_choice ?? (tools.length > 0 ? "auto" : "none");
+  // hidden tools constrain nothing
+  if (choice === "none") for (const t of tools) delete t.function.strict;
   if (tools.length === 0 && choice !== "none") {
     throw invalidParam("tool_choice", 'tool_choice needs "tools"; none were given');
   }
@@ -98,6 +111,7 @@ export async function planChat(req: ChatCompletionRequest, served: ServedModel):
     throw err;
   }
   promptFits(promptIds.length, served, "messages");
+  const constraint = await planConstraintFor(req, served, tools, forcedCallPrefix);
   // ChatML: the system turn (system prompt and tools) ends at its <|im_end|>; the next request
   // with the same system turn restores the state from there
   const imEnd = served.tokenizer.tokenId("<|im_end|>");
@@ -115,7 +129,60 @@ export async function planChat(req: ChatCompletionRequest, served: ServedModel):
     tools,
     forcedCallPrefix,
     firstCallOnly: req.parallel_tool_calls === false,
+    constraint,
   };
+}
+
+/**
+ * The request's constraint, checked and compiled now (a 400 before the request queues):
+ * response_format json_object / json_schema, tools marked strict, and calls that tool_choice
+ * forces. A model with an arg-max head (top-1 outputs) cannot be masked: explicit constraints are
+ * refused there, and forced calls stay unconstrained as before.
+ */
+async function planConstraintFor(
+  req: ChatCompletionRequest,
+  served: ServedModel,
+  tools: ToolSpec[],
+  forcedCallPrefix: string | undefined,
+): Promise<ChatPlan["constraint"]> {
+  const format = req.response_format;
+  const jsonSchema =
+    format?.type === "json_object"
+      ? { type: "object" }
+      : format?.type === "json_schema"
+        ? (format.json_schema.schema ?? {})
+        : undefined;
+  const strict = tools.some((t) => t.function.strict === true);
+  const topOne = served.model.outputKind === "top1";
+  if (topOne && (jsonSchema !== undefined || strict)) {
+    throw new ApiError(
+      400,
+      `model "${served.name}" computes only its most likely token (a chain converted with --argmax), ` +
+        "so its output cannot be constrained: response_format json_object / json_schema and strict tools " +
+        "need a model converted with a full logits head",
+      { param: jsonSchema !== undefined ? "response_format" : "tools", code: "unsupported_constraint" },
+    );
+  }
+  const o: ChatPlan["constraint"] = { jsonSchema };
+  if (forcedCallPrefix !== undefined && !topOne) {
+    const name = /^<function=(.+)>\n$/.exec(forcedCallPrefix)?.[1];
+    o.toolChoice = name === undefined ? "required" : { name };
+    o.answerPrefix = `<tool_call>\n${forcedCallPrefix}`;
+  } else if (req.parallel_tool_calls === false) {
+    o.parallelToolCalls = false;
+  }
+  try {
+    if (!(await prepareConstraint(served.tokenizer, { ...o, tools }))) return {};
+  } catch (err) {
+    if (err instanceof UnsupportedSchemaError) {
+      const where = err.where === "jsonSchema" ? "response_format.json_schema.schema" : err.where;
+      const param = schemaPlace(where, err.path);
+      throw invalidParam(param, `${param}: ${err.reason}`, "unsupported_schema");
+    }
+    if (err instanceof GrammarError) throw invalidParam(null, err.message, "invalid_schema");
+    throw err;
+  }
+  return o;
 }
 
 /**

@@ -1,7 +1,7 @@
 /**
  * The request bodies the server accepts, as zod schemas: the OpenAI fields it honours, a few vLLM
  * extensions (`top_k`, `min_p`, `repetition_penalty`, `chat_template_kwargs`, `reasoning_content`),
- * and explicit refusals for what it cannot do (n > 1, logprobs, non-text content, JSON modes).
+ * and explicit refusals for what it cannot do (n > 1, logprobs, non-text content).
  * Unknown fields are ignored, as OpenAI-compatible servers do (clients send `user`, `store`, …).
  * A failed check becomes a 400 naming the field (`messages[1].content`).
  */
@@ -59,6 +59,34 @@ export const chatMessageSchema = z.discriminatedUnion("role", [
   toolMessage,
 ]);
 export type ChatMessageIn = z.infer<typeof chatMessageSchema>;
+
+/**
+ * OpenAI's response_format: text, JSON mode (any object) or structured outputs (a JSON Schema;
+ * which keywords are enforced is checked when the request is planned, see chat.ts).
+ */
+function responseFormatSchema() {
+  return z.discriminatedUnion(
+    "type",
+    [
+      z.object({ type: z.literal("text") }),
+      z.object({ type: z.literal("json_object") }),
+      z.object({
+        type: z.literal("json_schema"),
+        json_schema: z.object({
+          name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "must be 1-64 letters, digits, _ or -"),
+          description: z.string().optional(),
+          schema: z.union([z.record(z.string(), z.unknown()), z.boolean()]).optional(),
+          strict: z.boolean().nullish(),
+        }),
+      }),
+    ],
+    {
+      error:
+        'must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "json_schema": {…}}',
+    },
+  );
+}
+export type ResponseFormat = z.infer<ReturnType<typeof responseFormatSchema>>;
 
 export const toolSchema = z.object({
   type: z.literal("function"),
@@ -121,13 +149,7 @@ export const chatCompletionSchema = z.object({
   ),
   logprobs: nullish(z.literal(false, { error: "logprobs are not supported by this server" })),
   top_logprobs: nullish(z.literal(0, { error: "logprobs are not supported by this server" })),
-  response_format: nullish(
-    z.object({
-      type: z.literal("text", {
-        error: 'only response_format {"type": "text"} is supported (no JSON mode / structured outputs)',
-      }),
-    }),
-  ),
+  response_format: nullish(responseFormatSchema()),
 });
 export type ChatCompletionRequest = z.infer<typeof chatCompletionSchema>;
 

@@ -2,7 +2,9 @@ import { generate } from "@anemll-qwen35/generate";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
 import {
+  addConstraintOptions,
   addSamplingOptions,
+  constraintFrom,
   prefillNotice,
   samplingFrom,
   statsLine,
@@ -25,9 +27,11 @@ export function registerRun(program: Command, ctx: Context): void {
     .option("--system <text>", "system message (chat template)");
   addModelOptions(cmd);
   addSamplingOptions(cmd);
+  addConstraintOptions(cmd);
   cmd.action(async (dir: string, words: string[], o) => {
     const out = ctx.output();
     const prompt = words.join(" ");
+    const constraint = constraintFrom(o); // before the model loads: a bad file fails fast
     const loaded = await openModel(dir, o as ModelOptions, out.notice);
     const { model, tokenizer } = loaded;
     const describe = loaded.backend.detail;
@@ -47,6 +51,7 @@ export function registerRun(program: Command, ctx: Context): void {
         maxTokens: o.maxTokens,
         sampling: samplingFrom(o),
         stop: o.stop,
+        ...constraint,
         signal: ac.signal,
       });
       for await (const chunk of gen) {

@@ -36,6 +36,7 @@ export function registerChatCompletions(app: FastifyInstance, ctx: RouteContext)
           maxTokens: plan.maxTokens,
           sampling: plan.sampling,
           stop: plan.stop,
+          ...plan.constraint,
           signal: t.signal,
           ...cacheOptions(t, plan),
           onChunk: (c) => {
