@@ -20,8 +20,8 @@ import {
   type ToolSpec,
   UnsupportedSamplingError,
   UnsupportedSchemaError,
-  Xoshiro128,
 } from "../src/index.js";
+import { Xoshiro128 } from "../src/sampler.js";
 import { ScriptedModel } from "./helpers.js";
 
 const TINY_TRAINED = join(import.meta.dirname, "../../../fixtures/tiny-trained");
