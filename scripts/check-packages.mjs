@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Each package declares exactly what it imports: every package its src/ imports is a dependency (or
 // peer), every dependency is imported by src/ (native build tools excepted), and what only tests,
-// benchmarks and scripts import is a devDependency. No public package depends on a private one.
+// benchmarks and scripts import is a devDependency. No public package depends on, imports or
+// bundles a private one.
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { builtinModules } from "node:module";
 import { dirname, join } from "node:path";
@@ -51,15 +52,16 @@ for (const [dir, pj] of manifests) {
   const src = imported(files(join(dir, "src")));
   const other = imported(["test", "bench", "scripts"].flatMap((d) => files(join(dir, d))));
   const say = (m) => problems.push(`${pj.name}: ${m}`);
-  // a private package a public one bundles into its dist (tsup noExternal) is a build-time dependency
-  const bundled = new Set(
-    existsSync(join(dir, "tsup.config.ts"))
-      ? (readFileSync(join(dir, "tsup.config.ts"), "utf8").match(/@anemll-qwen35\/[a-z-]+/g) ?? [])
-      : [],
-  );
   for (const n of src) {
     if (n === pj.name) continue;
-    if (!deps[n] && !(bundled.has(n) && dev[n])) say(`src/ imports ${n}, which is not a dependency`);
+    if (!deps[n]) say(`src/ imports ${n}, which is not a dependency`);
+    if (!pj.private && privateNames.has(n)) say(`is public but its src/ imports the private ${n}`);
+  }
+  // nor may a public package ship a private one inside its dist (tsup's noExternal)
+  const tsup = join(dir, "tsup.config.ts");
+  if (!pj.private && existsSync(tsup)) {
+    for (const n of readFileSync(tsup, "utf8").match(/@anemll-qwen35\/[a-z-]+/g) ?? [])
+      if (privateNames.has(n)) say(`is public but bundles the private ${n} (tsup.config.ts)`);
   }
   for (const n of Object.keys(pj.dependencies ?? {})) {
     if (!src.has(n) && !(NATIVE_BUILD.has(n) && existsSync(join(dir, "native"))))

@@ -63,9 +63,9 @@ describe("the documents' command lines", () => {
     }
   });
 
-  it("every conversion and bench output they name goes outside the clone (no stray folder in the repository)", () => {
+  it("every conversion, synthetic checkpoint and bench output they name goes outside the clone (no stray folder in the repository)", () => {
     for (const f of docs) {
-      for (const l of cliLines(read(f)).filter((x) => /^anemll-qwen35 (convert|bench) /.test(x))) {
+      for (const l of cliLines(read(f)).filter((x) => /^anemll-qwen35 (convert|synth|bench) /.test(x))) {
         const out = /\s(?:-o|--out)\s+(\S+)/.exec(l)?.[1];
         if (out === undefined || /^<|^dir$/.test(out)) continue; // a placeholder in a synopsis
         expect(out, `${f}: ${l}`).toMatch(/^(~|\/|\$)/);

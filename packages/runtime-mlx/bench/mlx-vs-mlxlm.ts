@@ -136,7 +136,7 @@ function runProcess(cmd: string, args: string[]): Promise<RunResult> {
 async function ensureCheckpoints(only: Set<string>): Promise<void> {
   if (only.has("0.8b") && !existsSync(join(defaultSyntheticDir("0.8b"), "config.json"))) {
     console.log(
-      "writing the synthetic 0.8B checkpoint (pnpm --filter @anemll-qwen35/ir synth -- --size 0.8b)…",
+      "writing the synthetic 0.8B checkpoint into the cache (what `pnpm anemll-qwen35 synth --size 0.8b` writes)…",
     );
     await writeSyntheticCheckpoint({ size: "0.8b" });
   }

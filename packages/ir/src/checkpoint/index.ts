@@ -1,7 +1,8 @@
 /**
  * `@anemll-qwen35/ir/checkpoint`: Hugging Face Qwen3.5 checkpoints — safetensors (lazy, sharded)
  * read and write, config.json → Qwen35Config, the canonical weight names and the parameter table,
- * model references (`hf:owner/name` through the HF cache), golden outputs, atomic file writes.
+ * model references (`hf:owner/name` through the HF cache), golden outputs, atomic file writes,
+ * and synthetic checkpoints (random weights with a published size's real shapes).
  */
 export { commitDirectory, pathExists, tempSiblingPath, writeFileAtomic } from "./atomic.js";
 export * from "./config.js";
@@ -37,4 +38,19 @@ export {
   SINGLE_FILE,
 } from "./sharded.js";
 export * from "./side-files.js";
+// synthetic checkpoints: random-weight stand-ins with the real shapes of each published size
+export {
+  defaultSyntheticDir,
+  planSyntheticCheckpoint,
+  publishedConfigJson,
+  SYNTHETIC_SIZES,
+  SYNTHETIC_STAMP_FILE,
+  type SyntheticOptions,
+  type SyntheticPlan,
+  type SyntheticResult,
+  type SyntheticSize,
+  scaledConfigJson,
+  syntheticTensors,
+  writeSyntheticCheckpoint,
+} from "./synthetic.js";
 export * from "./weights.js";

@@ -14,8 +14,8 @@ import {
   type TensorSpec,
   WeightError,
   writeSafetensors,
+  writeSyntheticCheckpoint,
 } from "../../src/checkpoint/index.js";
-import { writeSyntheticCheckpoint } from "../testkit.js";
 import { tempDir, tinyConfigJson, vals } from "./helpers.js";
 
 /** Writes config.json + model.safetensors with value(name, i) at flat index i. */
