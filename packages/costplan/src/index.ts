@@ -32,13 +32,13 @@ export {
   type NativePlanOp,
   nativeAvailability,
 } from "./native.js";
-export { aneLayout, layoutMoves, OP_FLOPS, type OpWork, opWork } from "./op-cost.js";
+export { aneLayout, layoutMoves, type OpWork, opWork } from "./op-cost.js";
+export { ANE_OBSERVED_OPS, OP_FLOPS, OP_TABLE, type OpTypeEntry } from "./op-table.js";
 export { type Operand, type OperandRole, tensorBytes, type WeightInfo } from "./operands.js";
 export {
   ANE_MAX_DIM,
   ANE_MAX_STATE_UPDATES,
   ANE_MAX_WEIGHT_BYTES,
-  ANE_OBSERVED_OPS,
   type ComputeUnits,
   type Device,
   PLACEMENT_RULES,
