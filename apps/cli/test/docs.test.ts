@@ -111,6 +111,25 @@ describe("the documents' command lines", () => {
     expect(readme).toMatch(/--backend auto\|coreml\|reference\|mlx/);
   });
 
+  it("bench's and costplan's src/index.ts are explicit lists, and their README's API section names every entry", () => {
+    for (const pkg of ["bench", "costplan"]) {
+      const index = read(`packages/${pkg}/src/index.ts`);
+      expect(index, pkg).not.toMatch(/export \*/);
+      const names = [...index.matchAll(/export (?:type )?\{([^}]*)\}/g)].flatMap((m) =>
+        m[1]
+          .split(",")
+          .map((n) => n.replace(/^\s*type\s+/, "").trim())
+          .filter(Boolean),
+      );
+      expect(names.length, pkg).toBeGreaterThan(40);
+      const api = read(`packages/${pkg}/README.md`).split("## API")[1]?.split("\n## ")[0] ?? "";
+      expect(
+        names.filter((n) => !new RegExp(`\`${n}[\`(]`).test(api)),
+        `${pkg}: public names its README's API section does not name`,
+      ).toEqual([]);
+    }
+  });
+
   it("no document points at files outside the repository (../shared, reference notes)", () => {
     for (const f of docs) {
       expect(read(f), f).not.toMatch(/\.\.\/shared|shared\/reference|shared\/DESIGN|reference notes/);
