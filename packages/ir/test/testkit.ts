@@ -8,4 +8,5 @@ export {
   findCoremltoolsPython,
   validateWithCoremltools,
 } from "../../testkit/src/coremltools.js";
+export { rng } from "../../testkit/src/random.js";
 export { listDir, tempDir } from "../../testkit/src/temp.js";

@@ -9,3 +9,4 @@ export {
 export * from "./configs.js";
 export * from "./coremltools.js";
 export * from "./machine.js";
+export * from "./random.js";
