@@ -13,15 +13,6 @@ import { fileURLToPath } from "node:url";
 import { documentedNames } from "./readme-api.mjs";
 
 const root = process.argv[2] ? resolve(process.argv[2]) : join(dirname(fileURLToPath(import.meta.url)), "..");
-/** Public packages whose entry points are not yet explicit lists, each with the change that removes it. */
-const EXPORTS_EVERYTHING = new Map([
-  ["@anemll-qwen35/bench", "removed when bench's index lists its names (issue 24 item 3)"],
-  ["@anemll-qwen35/costplan", "removed when costplan's index lists its names (issue 24 item 3)"],
-]);
-/** Public packages still allowed to bundle a private one, each with the change that removes it. */
-const BUNDLES_PRIVATE = new Map([
-  ["@anemll-qwen35/bench", "removed when bench stops bundling testkit (issue 24 item 5)"],
-]);
 /** Used by native/build.mjs and CMakeLists.txt, not by import. */
 const NATIVE_BUILD = new Set(["cmake-js", "node-addon-api"]);
 
@@ -154,7 +145,7 @@ for (const [dir, pj] of manifests) {
   const src = imported(files(join(dir, "src")));
   const other = imported(["test", "bench", "scripts"].flatMap((d) => files(join(dir, d))));
   const say = (m) => problems.push(`${pj.name}: ${m}`);
-  // a private package a public one bundles into its dist (tsup noExternal) is a build-time dependency
+  // what tsup bundles into dist (noExternal) ships to users like what src/ imports
   const bundled = new Set(
     existsSync(join(dir, "tsup.config.ts"))
       ? (readFileSync(join(dir, "tsup.config.ts"), "utf8").match(/@anemll-qwen35\/[a-z-]+/g) ?? [])
@@ -162,7 +153,7 @@ for (const [dir, pj] of manifests) {
   );
   for (const n of src) {
     if (n === pj.name) continue;
-    if (!deps[n] && !(bundled.has(n) && dev[n])) say(`src/ imports ${n}, which is not a dependency`);
+    if (!deps[n]) say(`src/ imports ${n}, which is not a dependency`);
   }
   for (const n of Object.keys(pj.dependencies ?? {})) {
     if (!src.has(n) && !(NATIVE_BUILD.has(n) && existsSync(join(dir, "native"))))
@@ -176,14 +167,12 @@ for (const [dir, pj] of manifests) {
     for (const n of Object.keys({ ...pj.dependencies, ...pj.peerDependencies }))
       if (privateNames.has(n)) say(`is public but depends on the private ${n}`);
     // a private package is test-only: what src/ imports or tsup bundles ships to users
-    if (!BUNDLES_PRIVATE.has(pj.name)) {
-      for (const n of src) if (privateNames.has(n)) say(`is public but src/ imports the private ${n}`);
-      for (const n of bundled)
-        if (privateNames.has(n)) say(`is public but bundles the private ${n} (tsup noExternal)`);
-    }
+    for (const n of src) if (privateNames.has(n)) say(`is public but src/ imports the private ${n}`);
+    for (const n of bundled)
+      if (privateNames.has(n)) say(`is public but bundles the private ${n} (tsup noExternal)`);
   }
   // every public entry point lists its names (no `export *`), and the README's API section names each
-  if (!pj.private && !EXPORTS_EVERYTHING.has(pj.name)) {
+  if (!pj.private) {
     const documented = documentedNames(join(dir, "README.md"));
     if (!documented && pj.exports) say(`README.md has no "## API" section for its exports`);
     for (const [key, target] of Object.entries(pj.exports ?? {})) {

@@ -4,6 +4,4 @@ export default packageBuild({
   // worker.ts is the parallel scenario's child process: its own entry next to index.js
   entry: ["src/index.ts", "src/worker.ts"],
   dts: { entry: "src/index.ts" },
-  // the private testkit (synthetic checkpoints for full-scale runs) ships inside bench's dist
-  noExternal: ["@anemll-qwen35/testkit"],
 });

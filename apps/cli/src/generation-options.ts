@@ -1,8 +1,19 @@
-/** Sampling and prompt options shared by run and chat. */
+/** Sampling, constraint and prompt options shared by run and chat, and the reply both stream. */
 import { readFileSync } from "node:fs";
-import type { GenerationStats, JsonSchema, SamplingOptions } from "@anemll-qwen35/generate";
+import {
+  type GenerateOptions,
+  type GenerationResult,
+  type GenerationStats,
+  generate,
+  type JsonSchema,
+  type SamplingOptions,
+  type StepModel,
+  type Tokenizer,
+} from "@anemll-qwen35/generate";
 import type { Command } from "commander";
+import type { Context } from "./context.js";
 import { int, num, UsageError } from "./options.js";
+import type { Output } from "./output.js";
 
 export function addSamplingOptions(cmd: Command): Command {
   return cmd
@@ -104,4 +115,37 @@ export function prefillNotice(notice: (s: string) => void): {
 export function thinkingText(text: string, stdout: unknown): string {
   const tty = (stdout as { isTTY?: boolean }).isTTY === true && !process.env.NO_COLOR;
   return tty ? `\x1b[2m${text}\x1b[0m` : text;
+}
+
+/**
+ * Generates a reply with the command's sampling options (`o`: --max-tokens, --stop, …), streaming
+ * its text to stdout (thinking dimmed) and the prefill notice to stderr; ends the line when done.
+ */
+export async function streamReply(
+  ctx: Context,
+  out: Output,
+  model: StepModel,
+  tokenizer: Tokenizer,
+  o: Record<string, unknown>,
+  request: Pick<
+    GenerateOptions,
+    "messages" | "prompt" | "enableThinking" | "signal" | "jsonSchema" | "grammar"
+  >,
+): Promise<GenerationResult> {
+  const waiting = prefillNotice(out.notice);
+  const gen = generate(model, tokenizer, {
+    ...request,
+    onPrefill: waiting.onPrefill,
+    maxTokens: o.maxTokens as number,
+    sampling: samplingFrom(o),
+    stop: o.stop as string[] | undefined,
+  });
+  for await (const chunk of gen) {
+    waiting.done();
+    if (chunk.type === "thinking") out.write(thinkingText(chunk.text, ctx.streams.stdout));
+    else if (chunk.type === "text") out.write(chunk.text);
+  }
+  const r = await gen.result.finally(waiting.done);
+  out.line();
+  return r;
 }

@@ -2,6 +2,8 @@
 
 import { parseWeightQuant, type WeightQuant } from "@anemll-qwen35/converter";
 import { AnemllError } from "@anemll-qwen35/core";
+import { CHIP_IDS, type ChipId } from "@anemll-qwen35/costplan";
+import type { Command } from "commander";
 
 /** Core ML compute units, as --compute-units takes them (run, chat, serve, costplan). */
 export const COMPUTE_UNITS = ["cpuAndNeuralEngine", "cpuOnly", "cpuAndGPU", "all"] as const;
@@ -65,4 +67,21 @@ export function bytes(option: string) {
     const unit = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9 }[(m[2] ?? "b").toLowerCase() as "b"];
     return Number(m[1]) * unit;
   };
+}
+
+/** --chip and --compute-units, as costplan's estimate takes them (costplan, profile). */
+export function addChipOptions(cmd: Command, say: { chip: string; units: string }): Command {
+  return cmd
+    .option(
+      "--chip <id>",
+      `${say.chip} (${CHIP_IDS.join(", ")})`,
+      choice("--chip", CHIP_IDS as readonly ChipId[]),
+      "m4-pro",
+    )
+    .option(
+      "--compute-units <u>",
+      `${say.units}: ${COMPUTE_UNITS.join(", ")}`,
+      choice("--compute-units", COMPUTE_UNITS),
+      "cpuAndNeuralEngine",
+    );
 }

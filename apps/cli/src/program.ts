@@ -11,6 +11,7 @@ import { registerLaunch } from "./commands/launch.js";
 import { registerProfile } from "./commands/profile.js";
 import { registerRun } from "./commands/run.js";
 import { registerServe } from "./commands/serve.js";
+import { registerSynth } from "./commands/synth.js";
 import { registerVerify } from "./commands/verify.js";
 import type { Context } from "./context.js";
 import { UsageError } from "./options.js";
@@ -38,6 +39,7 @@ export function buildProgram(streams: Streams): Command {
   registerChat(program, ctx);
   registerVerify(program, ctx);
   registerInspect(program, ctx);
+  registerSynth(program, ctx);
   registerCostplan(program, ctx);
   registerProfile(program, ctx);
   registerDoctor(program, ctx, VERSION);

@@ -87,3 +87,23 @@ export function progressReporter(
     stop: () => {},
   };
 }
+
+/**
+ * Ctrl-C during long work that cleans up after itself: the first one stops `bar`, says `note` and
+ * aborts the returned signal; a second one quits at once. `dispose()` when the work is over.
+ */
+export function interruptible(
+  bar: Progress,
+  notice: (text: string) => void,
+  note: string,
+): { signal: AbortSignal; dispose(): void } {
+  const ac = new AbortController();
+  const onSigint = () => {
+    if (ac.signal.aborted) process.exit(130);
+    bar.stop();
+    notice(`interrupting: ${note} (Ctrl-C again to quit at once)`);
+    ac.abort();
+  };
+  process.on("SIGINT", onSigint);
+  return { signal: ac.signal, dispose: () => process.removeListener("SIGINT", onSigint) };
+}

@@ -7,7 +7,7 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
+import { writeSyntheticCheckpoint } from "@anemll-qwen35/ir/checkpoint";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI, cli } from "./helpers.js";

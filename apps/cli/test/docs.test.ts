@@ -66,9 +66,9 @@ describe("the documents' command lines", () => {
     }
   });
 
-  it("every conversion and bench output they name goes outside the clone (no stray folder in the repository)", () => {
+  it("every conversion, synthetic checkpoint and bench output they name goes outside the clone (no stray folder in the repository)", () => {
     for (const f of docs) {
-      for (const l of cliLines(read(f)).filter((x) => /^anemll-qwen35 (convert|bench) /.test(x))) {
+      for (const l of cliLines(read(f)).filter((x) => /^anemll-qwen35 (convert|synth|bench) /.test(x))) {
         const out = /\s(?:-o|--out)\s+(\S+)/.exec(l)?.[1];
         if (out === undefined || /^<|^dir$/.test(out)) continue; // a placeholder in a synopsis
         expect(out, `${f}: ${l}`).toMatch(/^(~|\/|\$)/);
@@ -112,6 +112,25 @@ describe("the documents' command lines", () => {
       }
     }
     expect(readme).toMatch(/--backend auto\|coreml\|reference\|mlx/);
+  });
+
+  it("bench's and costplan's src/index.ts are explicit lists, and their README's API section names every entry", () => {
+    for (const pkg of ["bench", "costplan"]) {
+      const index = read(`packages/${pkg}/src/index.ts`);
+      expect(index, pkg).not.toMatch(/export \*/);
+      const names = [...index.matchAll(/export (?:type )?\{([^}]*)\}/g)].flatMap((m) =>
+        m[1]
+          .split(",")
+          .map((n) => n.replace(/^\s*type\s+/, "").trim())
+          .filter(Boolean),
+      );
+      expect(names.length, pkg).toBeGreaterThan(40);
+      const api = read(`packages/${pkg}/README.md`).split("## API")[1]?.split("\n## ")[0] ?? "";
+      expect(
+        names.filter((n) => !new RegExp(`\`${n}[\`(]`).test(api)),
+        `${pkg}: public names its README's API section does not name`,
+      ).toEqual([]);
+    }
   });
 
   it("no document points at files outside the repository (../shared, reference notes)", () => {

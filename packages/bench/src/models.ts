@@ -12,13 +12,14 @@ import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CONVERTER_VERSION, convert, parseWeightQuant } from "@anemll-qwen35/converter";
 import { type ChainManifest, readChainManifest } from "@anemll-qwen35/ir/chain";
-import { readQwen35Config, resolveModelRef } from "@anemll-qwen35/ir/checkpoint";
 import {
   defaultSyntheticDir,
+  readQwen35Config,
+  resolveModelRef,
   type SyntheticSize,
   scaledConfigJson,
   writeSyntheticCheckpoint,
-} from "@anemll-qwen35/testkit";
+} from "@anemll-qwen35/ir/checkpoint";
 import { BenchModelError } from "./errors.js";
 import type { Conversion, ModelInfo } from "./schema.js";
 

@@ -1,8 +1,9 @@
 /**
  * What every scenario reports besides its runs: chart rows of one metric across runs (bars per
- * config, lines per sweep) and the standing caveat of runs on stand-in backends.
+ * config, lines per sweep), the charts drawn from them, and the standing caveat of runs on
+ * stand-in backends.
  */
-import type { Row } from "./charts.js";
+import type { BarChart, LineChart, Row } from "./charts.js";
 import type { Run } from "./schema.js";
 
 /** Bar rows of one metric's median and p10/p90 per run. */
@@ -38,6 +39,41 @@ export function lineRows(
     }
   }
   return rows;
+}
+
+/**
+ * Bars of the rows' `median` per `x` (default "run"), coloured by `color`; p10–p90 whiskers when
+ * `whiskers`.
+ */
+export function barChart(
+  name: string,
+  title: string,
+  rows: readonly Row[],
+  yTitle: string,
+  o: { readonly x?: string; readonly color?: string; readonly whiskers?: boolean } = {},
+): BarChart {
+  const whiskers = o.whiskers ? { lo: "p10", hi: "p90" } : {};
+  return {
+    kind: "bar",
+    name,
+    title,
+    rows,
+    x: o.x ?? "run",
+    y: "median",
+    yTitle,
+    color: o.color,
+    ...whiskers,
+  };
+}
+
+/** Lines of lineRows' `median` over `x`, with p10–p90 whiskers. */
+export function lineChart(
+  name: string,
+  title: string,
+  rows: readonly Row[],
+  axes: Pick<LineChart, "xTitle" | "xType" | "yTitle" | "color">,
+): LineChart {
+  return { kind: "line", name, title, rows, x: "x", y: "median", lo: "p10", hi: "p90", ...axes };
 }
 
 /** The standing caveat of a Linux run: which stand-ins measured what. */

@@ -88,13 +88,11 @@ export async function runScenario(name: string, o: RunScenarioOptions = {}): Pro
   const startedAt = new Date().toISOString();
   const machine = describeMachine();
   log(`${name} (${scale}): preparing the models (a first full-scale run converts them: minutes)…`);
-  const out = await scenario.run({
-    params: scaleParams(scale, { model: o.model, tokens: o.tokens, seconds: o.seconds }),
-    ane: o.ane ?? "auto",
-    noMlx: o.noMlx ?? false,
-    log,
-    signal: o.signal,
-  });
+  const params = scaleParams(scale, { model: o.model, tokens: o.tokens, seconds: o.seconds });
+  const out = await scenario.run(
+    { params, ane: o.ane ?? "auto", noMlx: o.noMlx ?? false, log, signal: o.signal },
+    params,
+  );
   const result: BenchResult = {
     format: RESULT_FORMAT,
     formatVersion: RESULT_FORMAT_VERSION,

@@ -27,7 +27,8 @@ export interface ScenarioOutput {
 export interface Scenario {
   readonly name: ScenarioName;
   readonly question: string;
-  run(ctx: ScenarioContext): Promise<ScenarioOutput>;
+  /** Measures the runs; `p` is `ctx.params`, the scale's parameters. */
+  run(ctx: ScenarioContext, p: ScaleParams): Promise<ScenarioOutput>;
   /** The charts of a result, built from the document alone (so a file can be re-charted). */
   charts(result: BenchResult): ChartSpec[];
 }

@@ -12,13 +12,13 @@ import {
   ensureChain,
   fixtureModel,
   mlxStatus,
-  progressLines,
   readResult,
   rechart,
   resultStem,
   runScenario,
   type ScenarioName,
 } from "../src/index.js";
+import { progressLines } from "../src/models.js";
 
 const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
 let out: string;

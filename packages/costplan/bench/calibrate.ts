@@ -97,6 +97,26 @@ async function chain08(sb: string, sbCount: number, head: 4 | 6, name: string): 
 const real08 = (file: () => Promise<Program>, standIn: () => Program) =>
   packagesDir ? file : async () => standIn();
 
+/** A 0.8B package of `superBlocks` super-blocks at `ctx`, in ms per super-block. */
+function superBlockScenario(
+  s: Pick<Scenario, "id" | "what" | "measured" | "assumption" | "role"> & {
+    superBlocks: number;
+    ctx: number;
+  },
+): Scenario {
+  const { superBlocks: n, ctx, ...rest } = s;
+  return {
+    ...rest,
+    unit: "ms",
+    metric: "packageMsPerSuperBlock",
+    perSuperBlock: n,
+    build: real08(
+      () => pkg(`sb${n}-ctx${ctx}`),
+      () => buildSuperBlocks(QWEN35_08B, 0, n, ctx),
+    ),
+  };
+}
+
 const SCENARIOS: Scenario[] = [
   {
     id: "unfused-ctx1024",
@@ -124,62 +144,42 @@ const SCENARIOS: Scenario[] = [
       () => buildStandInChain(QWEN35_08B, { fuse: 6, ctx: 256, headBits: 4 }),
     ),
   },
-  {
+  superBlockScenario({
     id: "one-sb-package",
     what: "0.8B one super-block per package (ms per SB)",
     measured: 3.6,
-    unit: "ms",
-    metric: "packageMsPerSuperBlock",
-    perSuperBlock: 1,
+    superBlocks: 1,
+    ctx: 1024,
     assumption: "ctx 1024 (not stated with the measurement)",
     role: "fit",
-    build: real08(
-      () => pkg("sb1-ctx1024"),
-      () => buildSuperBlocks(QWEN35_08B, 0, 1, 1024),
-    ),
-  },
-  {
+  }),
+  superBlockScenario({
     id: "two-sb-package",
     what: "0.8B two super-blocks fused in one package (ms per SB)",
     measured: 2.11,
-    unit: "ms",
-    metric: "packageMsPerSuperBlock",
-    perSuperBlock: 2,
+    superBlocks: 2,
+    ctx: 1024,
     assumption: "ctx 1024 (not stated with the measurement)",
     role: "fit",
-    build: real08(
-      () => pkg("sb2-ctx1024"),
-      () => buildSuperBlocks(QWEN35_08B, 0, 2, 1024),
-    ),
-  },
-  {
+  }),
+  superBlockScenario({
     id: "sb-ctx256",
     what: "0.8B per-SB latency at ctx 256 (ane-toolchains.md §4.3)",
     measured: 2.41,
-    unit: "ms",
-    metric: "packageMsPerSuperBlock",
-    perSuperBlock: 1,
+    superBlocks: 1,
+    ctx: 256,
     assumption: "one SB per package; third-party quote of notes/small_model_0_8b.md",
     role: "fit",
-    build: real08(
-      () => pkg("sb1-ctx256"),
-      () => buildSuperBlocks(QWEN35_08B, 0, 1, 256),
-    ),
-  },
-  {
+  }),
+  superBlockScenario({
     id: "sb-ctx1024",
     what: "0.8B per-SB latency at ctx 1024 (ane-toolchains.md §4.3) — held out",
     measured: 3.19,
-    unit: "ms",
-    metric: "packageMsPerSuperBlock",
-    perSuperBlock: 1,
+    superBlocks: 1,
+    ctx: 1024,
     assumption: "one SB per package; third-party quote of notes/small_model_0_8b.md",
     role: "held-out",
-    build: real08(
-      () => pkg("sb1-ctx1024"),
-      () => buildSuperBlocks(QWEN35_08B, 0, 1, 1024),
-    ),
-  },
+  }),
   ...(with9b
     ? ([
         {

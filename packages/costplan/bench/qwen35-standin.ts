@@ -13,6 +13,8 @@
  * 1024×2048; attention q_proj 4096×1024 (query + gate), k/v_proj 512×1024, o_proj 1024×2048;
  * MLP 3584; vocab 248320 (lm_head split 16 × 15520 × 1024).
  */
+
+import { parseQwen35Config, publishedConfigJson } from "@anemll-qwen35/ir/checkpoint";
 import {
   type BlobRef,
   type BlobSink,
@@ -49,32 +51,42 @@ export interface StandInConfig {
   readonly groupSize: number;
 }
 
-export const QWEN35_08B: StandInConfig = {
-  label: "qwen35-0.8b",
-  hidden: 1024,
-  superBlocks: 6,
-  gdn: { keyHeads: 16, valueHeads: 16, headDim: 128, convKernel: 4 },
-  attn: { heads: 8, kvHeads: 2, headDim: 256, rotaryDim: 64 },
-  mlp: 3584,
-  vocab: 248320,
-  headSplit: 16,
-  bodyBits: 4,
-  groupSize: 8,
-};
+/** A published size's dims (from its config.json) with the chain's split and LUT choices. */
+export function standInConfig(
+  size: "0.8b" | "9b",
+  o: Pick<StandInConfig, "headSplit" | "bodyBits" | "groupSize"> = {
+    headSplit: 16,
+    bodyBits: 4,
+    groupSize: 8,
+  },
+): StandInConfig {
+  const c = parseQwen35Config(publishedConfigJson(size));
+  return {
+    label: `qwen35-${size}`,
+    hidden: c.hiddenSize,
+    superBlocks: c.superBlocks.length,
+    gdn: {
+      keyHeads: c.linearNumKeyHeads,
+      valueHeads: c.linearNumValueHeads,
+      headDim: c.linearKeyHeadDim,
+      convKernel: c.linearConvKernelDim,
+    },
+    attn: {
+      heads: c.numAttentionHeads,
+      kvHeads: c.numKeyValueHeads,
+      headDim: c.headDim,
+      rotaryDim: c.rotaryDim,
+    },
+    mlp: c.intermediateSize ?? 0,
+    vocab: c.vocabSize,
+    ...o,
+  };
+}
 
-/** 9B dims (qwen35-architecture.md §1, §3.3), for out-of-sample checks against the 9B numbers. */
-export const QWEN35_9B: StandInConfig = {
-  label: "qwen35-9b",
-  hidden: 4096,
-  superBlocks: 8,
-  gdn: { keyHeads: 16, valueHeads: 32, headDim: 128, convKernel: 4 },
-  attn: { heads: 16, kvHeads: 4, headDim: 256, rotaryDim: 64 },
-  mlp: 12288,
-  vocab: 248320,
-  headSplit: 16,
-  bodyBits: 4,
-  groupSize: 8,
-};
+export const QWEN35_08B: StandInConfig = standInConfig("0.8b");
+
+/** 9B dims, for out-of-sample checks against the 9B numbers. */
+export const QWEN35_9B: StandInConfig = standInConfig("9b");
 
 /** Receives constants and keeps nothing: each gets its own (fictitious) place in weight.bin. */
 class DiscardingSink implements BlobSink {

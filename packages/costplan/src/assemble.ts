@@ -20,6 +20,7 @@ import {
   REPORT_SCHEMA,
   REPORT_SCHEMA_VERSION,
   type TopOp,
+  type Totals,
 } from "./report.js";
 import { opTime } from "./roofline.js";
 import { TOOL_NAME, TOOL_VERSION } from "./version.js";
@@ -45,17 +46,53 @@ export interface BuildInput {
 
 const TOP_OPS = 20;
 
+type Work = Pick<OpEntry, "flops" | "bytesRead" | "bytesWritten">;
+type DeviceCounts = Pick<FunctionSummary, "ane" | "cpu" | "gpu">;
+
+const noDevices = (): DeviceCounts => ({ ane: 0, cpu: 0, gpu: 0 });
+const noWork = (): Work => ({
+  flops: 0,
+  bytesRead: { weights: 0, activations: 0, state: 0 },
+  bytesWritten: { activations: 0, state: 0 },
+});
+
+/** Adds `w`'s FLOPs and bytes into `into`. */
+function addWork(into: Work, w: Work): void {
+  into.flops += w.flops;
+  into.bytesRead.weights += w.bytesRead.weights;
+  into.bytesRead.activations += w.bytesRead.activations;
+  into.bytesRead.state += w.bytesRead.state;
+  into.bytesWritten.activations += w.bytesWritten.activations;
+  into.bytesWritten.state += w.bytesWritten.state;
+}
+
+/** Counts one runtime op on `device` into `into`. */
+function countDevice(into: DeviceCounts, device: OpEntry["device"]): void {
+  if (device === "ANE") into.ane++;
+  else if (device === "CPU") into.cpu++;
+  else into.gpu++;
+}
+
+function emptyTotals(packages: number): Totals {
+  return {
+    packages,
+    operations: 0,
+    runtimeOps: 0,
+    ...noDevices(),
+    ...noWork(),
+    weightBytesStored: 0,
+    interruptions: 0,
+    estimatedMs: 0,
+  };
+}
+
 function emptySummary(weightBytesStored: number, weightBytesDense: number): FunctionSummary {
   return {
     operations: 0,
     loadTimeOps: 0,
     runtimeOps: 0,
-    ane: 0,
-    cpu: 0,
-    gpu: 0,
-    flops: 0,
-    bytesRead: { weights: 0, activations: 0, state: 0 },
-    bytesWritten: { activations: 0, state: 0 },
+    ...noDevices(),
+    ...noWork(),
     weightBytesStored,
     weightBytesDense,
     estimatedMs: 0,
@@ -106,20 +143,7 @@ export function buildReport(input: BuildInput): CostReport {
     runtime: { ...input.runtime },
     computeUnits: input.computeUnits,
     packages,
-    totals: {
-      packages: 0,
-      operations: 0,
-      runtimeOps: 0,
-      ane: 0,
-      cpu: 0,
-      gpu: 0,
-      flops: 0,
-      bytesRead: { weights: 0, activations: 0, state: 0 },
-      bytesWritten: { activations: 0, state: 0 },
-      weightBytesStored: 0,
-      interruptions: 0,
-      estimatedMs: 0,
-    },
+    totals: emptyTotals(0),
     chain: input.chain
       ? {
           name: input.target.name,
@@ -156,15 +180,8 @@ function summarize(f: FunctionPlan, switchMs: number): FunctionSummary {
       continue;
     }
     s.runtimeOps++;
-    if (op.device === "ANE") s.ane++;
-    else if (op.device === "CPU") s.cpu++;
-    else s.gpu++;
-    s.flops += op.flops;
-    s.bytesRead.weights += op.bytesRead.weights;
-    s.bytesRead.activations += op.bytesRead.activations;
-    s.bytesRead.state += op.bytesRead.state;
-    s.bytesWritten.activations += op.bytesWritten.activations;
-    s.bytesWritten.state += op.bytesWritten.state;
+    countDevice(s, op.device);
+    addWork(s, op);
     s.opMs += op.estimatedMs;
   }
   s.switchMs = switchMs;
@@ -184,21 +201,7 @@ export function applyTiming(report: CostReport): CostReport {
   const chip = chipOf(report);
   const runtime = report.runtime;
   const dispatch = runtime.dispatchMs.value;
-  const totals = report.totals;
-  Object.assign(totals, {
-    packages: report.packages.length,
-    operations: 0,
-    runtimeOps: 0,
-    ane: 0,
-    cpu: 0,
-    gpu: 0,
-    flops: 0,
-    bytesRead: { weights: 0, activations: 0, state: 0 },
-    bytesWritten: { activations: 0, state: 0 },
-    weightBytesStored: 0,
-    interruptions: 0,
-    estimatedMs: 0,
-  });
+  const totals = Object.assign(report.totals, emptyTotals(report.packages.length));
   const byType = new Map<string, OpTypeRow>();
   const top: TopOp[] = [];
   const fallbacks: Fallback[] = [];
@@ -240,12 +243,7 @@ export function applyTiming(report: CostReport): CostReport {
     totals.ane += s.ane;
     totals.cpu += s.cpu;
     totals.gpu += s.gpu;
-    totals.flops += s.flops;
-    totals.bytesRead.weights += s.bytesRead.weights;
-    totals.bytesRead.activations += s.bytesRead.activations;
-    totals.bytesRead.state += s.bytesRead.state;
-    totals.bytesWritten.activations += s.bytesWritten.activations;
-    totals.bytesWritten.state += s.bytesWritten.state;
+    addWork(totals, s);
     totals.interruptions += decode.interruptions.count;
     for (const op of decode.ops) {
       if (op.device === "load") continue;
@@ -254,9 +252,7 @@ export function applyTiming(report: CostReport): CostReport {
         row = {
           type: op.type,
           count: 0,
-          ane: 0,
-          cpu: 0,
-          gpu: 0,
+          ...noDevices(),
           flops: 0,
           bytes: 0,
           weightBytes: 0,
@@ -266,9 +262,7 @@ export function applyTiming(report: CostReport): CostReport {
         byType.set(op.type, row);
       }
       row.count++;
-      if (op.device === "ANE") row.ane++;
-      else if (op.device === "CPU") row.cpu++;
-      else row.gpu++;
+      countDevice(row, op.device);
       row.flops += op.flops;
       row.bytes += moved(op);
       row.weightBytes += op.bytesRead.weights;

@@ -1,13 +1,17 @@
-export {
-  type AnalyzedFunction,
-  type AnalyzedModel,
-  analyzeFunction,
-  analyzeModel,
-  defaultFunctionOf,
-} from "./analyze.js";
+/**
+ * @anemll-qwen35/costplan: what a Core ML package, or a chain of them, costs on the Apple Neural
+ * Engine — placement per op, roofline time per chip, projected tok/s (MLComputePlan on macOS) —
+ * and measured time per op beside that estimate.
+ */
+
+export { type AnalyzedFunction, type AnalyzedModel, analyzeModel } from "./analyze.js";
+/** `retime`: the same report for another chip or runtime; `applyTiming`: re-derive it after editing ops. */
+/** Building a report from analysed packages directly (costplan() does this for files). */
 export { applyTiming, buildReport, type ComponentInput, retime } from "./assemble.js";
+/** Dispatch, bandwidth and switch figures fitted to Mac measurements (the default calibration). */
 export { FITTED_RUNTIME } from "./calibration.js";
-export { type ChainComponent, type ChainInput, loadTarget, ModelJsonSchema, type Target } from "./chain.js";
+export type { ChainComponent, ChainInput } from "./chain.js";
+// --- chips and the runtime figures the times rest on ---------------------------------------------
 export {
   CHIP_IDS,
   CHIPS,
@@ -19,26 +23,29 @@ export {
   type RuntimeFigures,
 } from "./chips.js";
 export { type Comparison, compareReports, type Delta, formatComparison } from "./compare.js";
+// --- estimate, compare, re-time ----------------------------------------------------------------
 export { type CostplanOptions, costplan } from "./costplan.js";
+// --- errors and version -------------------------------------------------------------------------
 export { ChainError, CostplanOptionError, NativePlanUnavailableError, ReportSchemaError } from "./errors.js";
 export { type FormatOptions, formatReport } from "./format.js";
 export { findInterruptions } from "./interruptions.js";
+// --- MLComputePlan (macOS) -----------------------------------------------------------------------
 export {
-  type CostplanAddon,
-  loadNativeAddon,
   mergePlan,
   type NativeMeasurement,
   type NativePlan,
   type NativePlanOp,
   nativeAvailability,
 } from "./native.js";
-export { aneLayout, layoutMoves, OP_FLOPS, type OpWork, opWork } from "./op-cost.js";
+export { aneLayout, layoutMoves, type OpWork, opWork } from "./op-cost.js";
+// --- the static model's parts, for tools and tests ----------------------------------------------
+/** One entry per op type: FLOPs, how bytes are counted, seen on the ANE, its placement rules. */
+export { ANE_OBSERVED_OPS, OP_FLOPS, OP_TABLE, type OpTypeEntry } from "./op-table.js";
 export { type Operand, type OperandRole, tensorBytes, type WeightInfo } from "./operands.js";
 export {
   ANE_MAX_DIM,
   ANE_MAX_STATE_UPDATES,
   ANE_MAX_WEIGHT_BYTES,
-  ANE_OBSERVED_OPS,
   type ComputeUnits,
   type Device,
   PLACEMENT_RULES,
@@ -46,6 +53,7 @@ export {
   type PlacementRule,
   placeOp,
 } from "./placement.js";
+// --- measured beside estimated: profile() -------------------------------------------------------
 export {
   formatProfile,
   PROFILE_SCHEMA,
@@ -58,6 +66,25 @@ export {
   parseProfile,
   profile,
 } from "./profile.js";
-export * from "./report.js";
-export { deviceRates, type OpTime, opTime } from "./roofline.js";
+// --- the report (schema version 1) --------------------------------------------------------------
+export {
+  type ChainSummary,
+  type CostReport,
+  CostReportSchema,
+  type Fallback,
+  type FunctionPlan,
+  type FunctionSummary,
+  type Interruptions,
+  type OpEntry,
+  type OpTypeRow,
+  type PackagePlan,
+  type PlanSource,
+  parseReport,
+  REPORT_SCHEMA,
+  REPORT_SCHEMA_VERSION,
+  type Run,
+  type TopOp,
+  type Totals,
+} from "./report.js";
+export { type OpTime, opTime } from "./roofline.js";
 export { TOOL_NAME, TOOL_VERSION } from "./version.js";

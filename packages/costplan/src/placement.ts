@@ -1,6 +1,8 @@
 /**
  * Predicted placement: a rule table, first match wins. Each rule names its condition, where the op
- * lands, why, and the public source the rule stands on. Core ML decides placement in its own
+ * lands, why, and the public source the rule stands on. Rules about one op type are checked only
+ * for the types whose OP_TABLE entry (op-table.ts) lists them, and the allow-list of ops seen on
+ * the ANE is that table's too. Core ML decides placement in its own
  * compiler; these rules reproduce what public projects observed, so on a Mac prefer the truth
  * from MLComputePlan (native.ts) — the report says which one it holds.
  *
@@ -8,6 +10,7 @@
  */
 import type { ComputeDevice, ComputeUnits } from "@anemll-qwen35/coreml";
 import type { MilDType, ResolvedOperation } from "@anemll-qwen35/ir/mil";
+import { ANE_OBSERVED_OPS, OP_TABLE } from "./op-table.js";
 import type { Operand } from "./operands.js";
 
 export type { ComputeUnits } from "@anemll-qwen35/coreml";
@@ -32,6 +35,8 @@ export interface PlacementRule {
   readonly placement: "load" | "ANE" | "CPU" | "CPU/GPU";
   readonly reason: string;
   readonly source: string;
+  /** Checked only for the op types whose OP_TABLE entry lists it (else for every op). */
+  readonly perOpType?: boolean;
   /** A detail naming what matched (truthy), or undefined when the rule does not apply. */
   match(ctx: RuleContext): string | undefined;
 }
@@ -66,70 +71,6 @@ function tensors(
   return out;
 }
 
-/** Op types that public ANE ports were seen to run on the ANE (an allow-list; see the rule below). */
-export const ANE_OBSERVED_OPS: ReadonlySet<string> = new Set([
-  // projections and attention (ANEMLL conv 1×1 / matmul, §1.7; iOS18 SDPA assumed)
-  "conv",
-  "linear",
-  "matmul",
-  "scaled_dot_product_attention",
-  // elementwise math and activations (anemll-qwen35: "ops only mul/sum/where/silu/softplus/exp", §4.3)
-  "add",
-  "sub",
-  "mul",
-  "real_div",
-  "pow",
-  "maximum",
-  "minimum",
-  "abs",
-  "square",
-  "sqrt",
-  "rsqrt",
-  "inverse",
-  "exp",
-  "log",
-  "tanh",
-  "sigmoid",
-  "silu",
-  "softplus",
-  "relu",
-  "sin",
-  "cos",
-  "clip",
-  "cast",
-  "select",
-  "equal",
-  "not_equal",
-  "less",
-  "less_equal",
-  "greater",
-  "greater_equal",
-  // normalisation and reductions (ANEMLL RMSNorm via layer_norm, in-model argmax, §1.7)
-  "layer_norm",
-  "softmax",
-  "reduce_sum",
-  "reduce_mean",
-  "reduce_max",
-  "reduce_min",
-  "reduce_sum_square",
-  "reduce_argmax",
-  "reduce_argmin",
-  // data movement (ANEMLL: concat/slice RMSNorm, RoPE tables gathered by position, §1.2/§1.7)
-  "concat",
-  "split",
-  "slice_by_index",
-  "slice_update",
-  "reshape",
-  "transpose",
-  "expand_dims",
-  "squeeze",
-  "identity",
-  "gather",
-  // states (iOS18 KV cache, §1.3 / coreml-format.md §4.4)
-  "read_state",
-  "write_state",
-]);
-
 export const PLACEMENT_RULES: readonly PlacementRule[] = [
   {
     id: "load-time-constant",
@@ -158,7 +99,8 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
     placement: "CPU",
     reason: "state created in-graph (torch.zeros for cache=None) put the whole super-block on the CPU",
     source: "anemll-qwen35 CLAUDE.md via shipstuff/flash-moe docs (ane-toolchains.md §4.2–4.3)",
-    match: (c) => (c.r.op.type === "fill" ? `fill ${shapeText(c.r.outputs[0].shape)}` : undefined),
+    perOpType: true,
+    match: (c) => `fill ${shapeText(c.r.outputs[0].shape)}`,
   },
   {
     id: "band-part-mask",
@@ -167,7 +109,8 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
     reason:
       "matrix_band_part is not ANE-supported and pushed chunks to the CPU; pass the mask as an fp16 input",
     source: "smpanaro/more-ane-transformers src/experiments/NOTES.md (ane-toolchains.md §6)",
-    match: (c) => (c.r.op.type === "band_part" ? "band_part" : undefined),
+    perOpType: true,
+    match: () => "band_part",
   },
   {
     id: "int32-tensor",
@@ -205,8 +148,8 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
       "a table that long is over the ANE's per-dimension limit; ANEMLL keeps embeddings in their own model",
     source:
       "ANEMLL llama_model.py comment (~16384 limit) and its separate embeddings part (ane-toolchains.md §1.2, §1.10)",
+    perOpType: true,
     match: (c) => {
-      if (c.r.op.type !== "gather") return undefined;
       const x = c.r.args.type("x");
       const raw = c.r.args.int("axis");
       const axis = raw < 0 ? raw + x.shape.length : raw;
@@ -222,8 +165,8 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
       "a gather by a run-time int32 index (the RoPE row at `position`) is not known to run on the ANE; public ports feed such rows from the host",
     source:
       "CoreML-LLM feeds cos/sin from the host; ane-graph-review R9 (RoPE gather by int32 position) and R16 (costplan assumed gathers run on the ANE)",
+    perOpType: true,
     match: (c) => {
-      if (c.r.op.type !== "gather" && c.r.op.type !== "gather_along_axis") return undefined;
       const idx = c.operands.find((o) => o.param === "indices");
       return idx?.role === "index"
         ? `indices ${idx.varName ?? ""} are computed at run time`.trim()
@@ -248,8 +191,8 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
     placement: "CPU",
     reason: "'Cannot support standalone slice_update': the ANE updates in place only inside a state",
     source: "anemll-profile Espresso log reason strings (ane-toolchains.md §3.2)",
+    perOpType: true,
     match: (c) => {
-      if (c.r.op.type !== "slice_update") return undefined;
       const x = c.operands.find((o) => o.param === "x");
       return x && x.role !== "state" ? `x ${x.varName ?? ""} is not a state read`.trim() : undefined;
     },
@@ -261,8 +204,8 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
     reason: `the ANE took at most ${ANE_MAX_STATE_UPDATES} slice_updates per state buffer (more gave ANE error -14); write the state once`,
     source:
       "bhctsntrk/Anemll PR #50 qwen3_5_model.py: 'ANE can only handle 1-2 slice updates per buffer', 'ANE error -14 from multiple slice updates on shared buffers' (ane-toolchains.md §1.3)",
+    perOpType: true,
     match: (c) => {
-      if (c.r.op.type !== "slice_update") return undefined;
       const state = c.operands.find((o) => o.param === "x")?.state;
       const n = state ? (c.stateUpdates.get(state) ?? 0) : 0;
       return n > ANE_MAX_STATE_UPDATES
@@ -276,10 +219,11 @@ export const PLACEMENT_RULES: readonly PlacementRule[] = [
     placement: "CPU/GPU",
     reason: "keep the mask fp16 so attention stays on the ANE",
     source: "smpanaro/more-ane-transformers src/experiments/NOTES.md (ane-toolchains.md §6)",
-    match: (c) => {
-      if (c.r.op.type !== "scaled_dot_product_attention" || !c.r.args.has("attn_mask")) return undefined;
-      return c.r.args.type("attn_mask").dtype === "bool" ? "attn_mask is bool" : undefined;
-    },
+    perOpType: true,
+    match: (c) =>
+      c.r.args.has("attn_mask") && c.r.args.type("attn_mask").dtype === "bool"
+        ? "attn_mask is bool"
+        : undefined,
   },
   {
     id: "no-known-ane-kernel",
@@ -318,7 +262,9 @@ export function resolveDevice(placement: PlacementRule["placement"], units: Comp
 }
 
 export function placeOp(ctx: RuleContext, units: ComputeUnits): PlacementDecision {
+  const own: readonly string[] = OP_TABLE[ctx.r.op.type]?.rules ?? [];
   for (const rule of PLACEMENT_RULES) {
+    if (rule.perOpType && !own.includes(rule.id)) continue;
     const detail = rule.match(ctx);
     if (detail === undefined) continue;
     const device = resolveDevice(rule.placement, units);

@@ -26,6 +26,20 @@ export const FigureSchema = z.object({
 const BytesReadSchema = z.object({ weights: nonneg, activations: nonneg, state: nonneg });
 const BytesWrittenSchema = z.object({ activations: nonneg, state: nonneg });
 
+/** Runtime ops per device: summaries, totals and op-type rows count them alike. */
+const deviceCounts = { ane: count, cpu: count, gpu: count };
+/** FLOPs and bytes moved, as an op, a summary and the totals hold them. */
+const work = { flops: nonneg, bytesRead: BytesReadSchema, bytesWritten: BytesWrittenSchema };
+/** Which op of which function of which package, and where it runs (top ops and fallbacks). */
+const opPlace = {
+  package: z.string(),
+  function: z.string(),
+  index: count,
+  name: z.string(),
+  type: z.string(),
+  device: DeviceSchema,
+};
+
 export const OpEntrySchema = z.object({
   /** Position in the function's operation list (const ops included). */
   index: count,
@@ -38,9 +52,7 @@ export const OpEntrySchema = z.object({
   /** MLComputePlan only: devices that support the op, and Core ML's estimated cost share [0, 1]. */
   supportedDevices: z.array(DeviceSchema).optional(),
   planCost: nonneg.optional(),
-  flops: nonneg,
-  bytesRead: BytesReadSchema,
-  bytesWritten: BytesWrittenSchema,
+  ...work,
   /** FLOPs per byte moved (0 when nothing moves). */
   intensity: nonneg,
   bound: z.enum(["compute", "memory", "none"]),
@@ -86,12 +98,8 @@ export const FunctionSummarySchema = z.object({
   operations: count,
   loadTimeOps: count,
   runtimeOps: count,
-  ane: count,
-  cpu: count,
-  gpu: count,
-  flops: nonneg,
-  bytesRead: BytesReadSchema,
-  bytesWritten: BytesWrittenSchema,
+  ...deviceCounts,
+  ...work,
   /** Weights the function reads per prediction, stored size (deduplicated) and dense size. */
   weightBytesStored: nonneg,
   weightBytesDense: nonneg,
@@ -137,12 +145,8 @@ const TotalsSchema = z.object({
   packages: count,
   operations: count,
   runtimeOps: count,
-  ane: count,
-  cpu: count,
-  gpu: count,
-  flops: nonneg,
-  bytesRead: BytesReadSchema,
-  bytesWritten: BytesWrittenSchema,
+  ...deviceCounts,
+  ...work,
   weightBytesStored: nonneg,
   interruptions: count,
   /** Σ over packages of one prediction of the decode function (with dispatch). */
@@ -152,9 +156,7 @@ const TotalsSchema = z.object({
 export const OpTypeRowSchema = z.object({
   type: z.string(),
   count: count,
-  ane: count,
-  cpu: count,
-  gpu: count,
+  ...deviceCounts,
   flops: nonneg,
   bytes: nonneg,
   weightBytes: nonneg,
@@ -164,12 +166,7 @@ export const OpTypeRowSchema = z.object({
 });
 
 export const TopOpSchema = z.object({
-  package: z.string(),
-  function: z.string(),
-  index: count,
-  name: z.string(),
-  type: z.string(),
-  device: DeviceSchema,
+  ...opPlace,
   estimatedMs: nonneg,
   flops: nonneg,
   bytes: nonneg,
@@ -177,12 +174,7 @@ export const TopOpSchema = z.object({
 });
 
 export const FallbackSchema = z.object({
-  package: z.string(),
-  function: z.string(),
-  index: count,
-  name: z.string(),
-  type: z.string(),
-  device: DeviceSchema,
+  ...opPlace,
   rule: z.string(),
   reason: z.string(),
   /** The ANE supports it but Core ML preferred another device (MLComputePlan only). */

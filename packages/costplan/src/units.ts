@@ -1,20 +1,36 @@
 /** Number formatting shared by the text reports (decimal units: 1 MB = 10^6 bytes, like GB/s). */
 
+/** `x` in the largest of `units` ([scale, name, decimals], largest first) it reaches, else whole `base`s. */
+function scaled(x: number, units: readonly (readonly [number, string, number])[], base: string): string {
+  const a = Math.abs(x);
+  for (const [scale, name, decimals] of units)
+    if (a >= scale) return `${(x / scale).toFixed(decimals)} ${name}`;
+  return `${Math.round(x)} ${base}`;
+}
+
 export function fmtBytes(b: number): string {
-  const a = Math.abs(b);
-  if (a >= 1e9) return `${(b / 1e9).toFixed(2)} GB`;
-  if (a >= 1e6) return `${(b / 1e6).toFixed(2)} MB`;
-  if (a >= 1e3) return `${(b / 1e3).toFixed(1)} kB`;
-  return `${Math.round(b)} B`;
+  return scaled(
+    b,
+    [
+      [1e9, "GB", 2],
+      [1e6, "MB", 2],
+      [1e3, "kB", 1],
+    ],
+    "B",
+  );
 }
 
 export function fmtFlops(f: number): string {
-  const a = Math.abs(f);
-  if (a >= 1e12) return `${(f / 1e12).toFixed(2)} TFLOP`;
-  if (a >= 1e9) return `${(f / 1e9).toFixed(3)} GFLOP`;
-  if (a >= 1e6) return `${(f / 1e6).toFixed(2)} MFLOP`;
-  if (a >= 1e3) return `${(f / 1e3).toFixed(1)} kFLOP`;
-  return `${Math.round(f)} FLOP`;
+  return scaled(
+    f,
+    [
+      [1e12, "TFLOP", 2],
+      [1e9, "GFLOP", 3],
+      [1e6, "MFLOP", 2],
+      [1e3, "kFLOP", 1],
+    ],
+    "FLOP",
+  );
 }
 
 export function fmtMs(ms: number): string {

@@ -15,8 +15,7 @@ import { cpus, loadavg } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { SafetensorsCheckpoint, writeFileAtomic } from "../src/checkpoint/index.js";
-import { writeSyntheticCheckpoint } from "../test/testkit.js";
+import { SafetensorsCheckpoint, writeFileAtomic, writeSyntheticCheckpoint } from "../src/checkpoint/index.js";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO_ROOT = resolve(HERE, "../../..");

@@ -17,16 +17,12 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { convert } from "@anemll-qwen35/converter";
-import { benchMachine, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
+import { argValue, benchMachine, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1] : dflt;
-};
-const TOKENS = Number(arg("--tokens", "64"));
-const precision = arg("--precision", "fp32") as "fp32" | "fp16";
+const TOKENS = Number(argValue("--tokens", "64"));
+const precision = argValue("--precision", "fp32") as "fp32" | "fp16";
 const cache = join(tmpdir(), "anemll-prefill-bench");
 mkdirSync(cache, { recursive: true });
 

@@ -40,7 +40,7 @@ import {
 import { toFloat32 } from "@anemll-qwen35/core";
 import { loadTokenizer } from "@anemll-qwen35/generate";
 import { argmax, loadGolden, parseQwen35Config, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
-import { benchMachine, publishedConfigJson } from "@anemll-qwen35/testkit";
+import { argValue, benchMachine, publishedConfigJson } from "@anemll-qwen35/testkit";
 import { ChainRunner, referenceBackend } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -48,10 +48,6 @@ const FIXTURES = join(here, "..", "..", "..", "fixtures");
 const FIXTURE = join(FIXTURES, "tiny-trained");
 /** Fixtures measured against their goldens besides tiny-trained's held-out text. */
 const GOLDEN_FIXTURES = ["tiny-tied", "tiny-gqa", "tiny-moe"];
-const arg = (name: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1] : undefined;
-};
 
 const q = parseWeightQuant;
 const PROPOSAL = "lut4,gdn.in_proj_qkv=lut6,gdn.out_proj=lut6,gdn.in_proj_a=none,gdn.in_proj_b=none";
@@ -96,7 +92,7 @@ const ENCODINGS: { name: string; options: Partial<ConvertOptions>; precision?: "
   { name: "policy lut6, attn lut4", options: { quant: "lut6,attn=lut4" } },
 ];
 
-const TOKENS = Number(arg("--tokens") ?? 512);
+const TOKENS = Number(argValue("--tokens") ?? 512);
 const PROMPTS = 8; // free generations, from the openings of evenly spaced held-out verses
 const PROMPT_TOKENS = 6;
 const GEN_TOKENS = 32;
@@ -307,18 +303,18 @@ function inChild(index: number): Promise<Row> {
 }
 
 const work = mkdtempSync(join(tmpdir(), "quant-bench-"));
-if (arg("--row") !== undefined) {
+if (argValue("--row") !== undefined) {
   try {
-    console.log(JSON.stringify(await measure(ENCODINGS[Number(arg("--row"))], work)));
+    console.log(JSON.stringify(await measure(ENCODINGS[Number(argValue("--row"))], work)));
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
   process.exit(0);
 }
 
-const only = arg("--only")?.split(",");
+const only = argValue("--only")?.split(",");
 const selected = ENCODINGS.map((e, i) => ({ e, i })).filter(({ e }) => !only || only.includes(e.name));
-const jobs = Math.max(1, Number(arg("--jobs") ?? 1));
+const jobs = Math.max(1, Number(argValue("--jobs") ?? 1));
 const rows: Row[] = new Array(selected.length);
 const print = (r: Row) =>
   console.log(

@@ -28,15 +28,11 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { convert } from "@anemll-qwen35/converter";
 import type { WeightMode } from "@anemll-qwen35/ir/mil";
-import { benchMachine, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
+import { argValue, benchMachine, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { measureDecode } from "./decode-baseline.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1] : dflt;
-};
-const STEPS = Number(arg("--steps", "8"));
+const STEPS = Number(argValue("--steps", "8"));
 const cache = join(process.env.ANEMLL_QWEN35_CACHE ?? join(homedir(), ".cache", "anemll-qwen35"), "bench");
 
 interface Row {
@@ -79,7 +75,7 @@ async function ensureConverted(name: string, model: string, quant = "default"): 
 
 const targets: { name: string; dir: string }[] = [];
 if (process.argv.includes("--dir")) {
-  targets.push({ name: arg("--name", "chain"), dir: resolve(arg("--dir", "")) });
+  targets.push({ name: argValue("--name", "chain"), dir: resolve(argValue("--dir", "")) });
 } else {
   targets.push({
     name: "tiny-tied (fixture)",
@@ -87,7 +83,7 @@ if (process.argv.includes("--dir")) {
   });
   if (!process.argv.includes("--skip-08b")) {
     const synth = await writeSyntheticCheckpoint({ size: "0.8b" });
-    for (const quant of arg("--quants", "default").split(",")) {
+    for (const quant of argValue("--quants", "default").split(",")) {
       targets.push({
         name: quant === "default" ? "synthetic 0.8B" : `synthetic 0.8B (${quant})`,
         dir: await ensureConverted(`synthetic-0.8b-${quant}-ctx256`, synth.dir, quant),
@@ -95,9 +91,9 @@ if (process.argv.includes("--dir")) {
     }
   }
 }
-const precisions = arg("--precisions", "fp32,fp16").split(",") as ("fp32" | "fp16")[];
-const modes = arg("--weights", "packed,dense").split(",") as WeightMode[];
-const threadCounts = arg("--threads", String(Math.min(8, availableParallelism())))
+const precisions = argValue("--precisions", "fp32,fp16").split(",") as ("fp32" | "fp16")[];
+const modes = argValue("--weights", "packed,dense").split(",") as WeightMode[];
+const threadCounts = argValue("--threads", String(Math.min(8, availableParallelism())))
   .split(",")
   .map(Number);
 const GB = 1024 ** 3;
@@ -184,7 +180,7 @@ interface BaselineRow {
 const baseline: BaselineRow[] = [];
 const baselineRatios: object[] = [];
 if (process.argv.includes("--baseline-checkout")) {
-  const checkout = resolve(arg("--baseline-checkout", ""));
+  const checkout = resolve(argValue("--baseline-checkout", ""));
   const git = spawnSync("git", ["-C", checkout, "rev-parse", "--short", "HEAD"], { encoding: "utf8" });
   const commit = git.stdout?.trim();
   if (git.status !== 0 || !commit) throw new Error(`--baseline-checkout ${checkout}: not a git checkout`);
@@ -224,7 +220,7 @@ if (process.argv.includes("--baseline-checkout")) {
     }
   }
 }
-const outFile = resolve(arg("--out", join(here, "results", "reference-decode.json")));
+const outFile = resolve(argValue("--out", join(here, "results", "reference-decode.json")));
 mkdirSync(dirname(outFile), { recursive: true });
 const machine = benchMachine();
 writeFileSync(

@@ -12,15 +12,11 @@ import { cpus, homedir, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { convert } from "@anemll-qwen35/converter";
-import { writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
+import { argValue, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { ChainRunner, referenceBackend, transferPerToken } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1] : dflt;
-};
-const STEPS = Number(arg("--steps", "2"));
+const STEPS = Number(argValue("--steps", "2"));
 const cache = join(process.env.ANEMLL_QWEN35_CACHE ?? join(homedir(), ".cache", "anemll-qwen35"), "bench");
 const work = mkdtempSync(join(tmpdir(), "transfer-bytes-"));
 

@@ -1,4 +1,5 @@
-/** What the benchmarks share: the scaled MoE checkpoint, seeded prompts, medians. */
+/** What the benchmarks share: the scaled MoE checkpoint, seeded prompts, medians, machine facts. */
+import { cpus, loadavg, totalmem } from "node:os";
 import { defaultSyntheticDir, publishedConfigJson, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 
 /** Folder name (under the synthetic cache) of the scaled MoE below. */
@@ -62,4 +63,17 @@ export function seededIds(n: number, range: number, seed: number): number[] {
     out.push(s % range);
   }
   return out;
+}
+
+/** The machine a result was measured on, with the load average at the start and now, and a caveat. */
+export function machineFacts(loadAverageStart: number[], note: string): Record<string, unknown> {
+  return {
+    cpus: cpus().length,
+    cpu_model: cpus()[0]?.model,
+    memory_gb: totalmem() / 1e9,
+    load_average_start: loadAverageStart,
+    load_average_end: loadavg(),
+    node: process.version,
+    note,
+  };
 }

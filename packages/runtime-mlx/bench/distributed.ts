@@ -18,7 +18,7 @@
  * bench/results/distributed.json.
  */
 import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { cpus, loadavg, tmpdir, totalmem } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -26,7 +26,7 @@ import { mx } from "../src/index.js";
 import type { RankJob, RankStats } from "../test/distributed/rank.js";
 import { runAlone, startRanks } from "../test/distributed/ranks.js";
 import { maxRowDiff, type RankModel, type ScenarioResult } from "../test/distributed/scenario.js";
-import { ensureMoeBenchCheckpoint, median, seededIds } from "./common.js";
+import { ensureMoeBenchCheckpoint, machineFacts, median, seededIds } from "./common.js";
 
 const HERE = fileURLToPath(new URL(".", import.meta.url));
 
@@ -138,14 +138,11 @@ async function main() {
     finished: new Date().toISOString(),
     command: "pnpm --filter @anemll-qwen35/runtime-mlx bench:distributed",
     machine: {
-      cpus: cpus().length,
-      cpu_model: cpus()[0]?.model,
-      memory_gb: totalmem() / 1e9,
-      load_average_start: load0,
-      load_average_end: loadavg(),
-      node: process.version,
+      ...machineFacts(
+        load0,
+        "every rank shares this machine's cores: splitting shows its cost, not a speed-up; quote ratios from one run",
+      ),
       mlx: mx.mlxVersion(),
-      note: "every rank shares this machine's cores: splitting shows its cost, not a speed-up; quote ratios from one run",
     },
     model: {
       name: model.name,

@@ -20,13 +20,13 @@
  */
 import { execFile } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
-import { cpus, loadavg, totalmem } from "node:os";
+import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { defaultSyntheticDir, writeSyntheticCheckpoint } from "@anemll-qwen35/testkit";
 import { loadMlxModel, mx } from "../src/index.js";
-import { ensureMoeBenchCheckpoint, MOE_BENCH_NAME, median, seededIds } from "./common.js";
+import { ensureMoeBenchCheckpoint, MOE_BENCH_NAME, machineFacts, median, seededIds } from "./common.js";
 
 const HERE = fileURLToPath(new URL(".", import.meta.url));
 const REPO = resolve(HERE, "../../..");
@@ -136,7 +136,7 @@ function runProcess(cmd: string, args: string[]): Promise<RunResult> {
 async function ensureCheckpoints(only: Set<string>): Promise<void> {
   if (only.has("0.8b") && !existsSync(join(defaultSyntheticDir("0.8b"), "config.json"))) {
     console.log(
-      "writing the synthetic 0.8B checkpoint (pnpm --filter @anemll-qwen35/ir synth -- --size 0.8b)…",
+      "writing the synthetic 0.8B checkpoint into the cache (what `pnpm anemll-qwen35 synth --size 0.8b` writes)…",
     );
     await writeSyntheticCheckpoint({ size: "0.8b" });
   }
@@ -273,15 +273,10 @@ async function main() {
     benchmark: "runtime-mlx vs mlx-lm (same run, alternating processes)",
     started,
     finished: new Date().toISOString(),
-    machine: {
-      cpus: cpus().length,
-      cpu_model: cpus()[0]?.model,
-      memory_gb: totalmem() / 1e9,
-      load_average_start: load0,
-      load_average_end: loadavg(),
-      node: process.version,
-      note: "shared 2-core machine with other jobs running; compare ratios from the same run, not absolute numbers",
-    },
+    machine: machineFacts(
+      load0,
+      "shared 2-core machine with other jobs running; compare ratios from the same run, not absolute numbers",
+    ),
     device: "cpu",
     metrics: "mlx-lm stream_generate definitions (see the header of bench/mlx-vs-mlxlm.ts)",
     scenarios: out,

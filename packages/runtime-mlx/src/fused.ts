@@ -17,21 +17,24 @@ function result(pair: [MxArray, MxArray]): GatedDeltaResult {
   return { y: pair[0], state: pair[1] };
 }
 
+type Inputs = [q: MxArray, k: MxArray, v: MxArray, g: MxArray, beta: MxArray];
+/** q, k, v, g, beta, the state (zeros when omitted) and a mask → the outputs and the new state. */
+type GatedDelta = (...args: [...Inputs, state?: MxArray, mask?: MxArray]) => GatedDeltaResult;
+
+const gatedDelta =
+  (name: "gatedDeltaStep" | "gatedDeltaPrefill" | "gatedDeltaUpdate"): GatedDelta =>
+  (q, k, v, g, beta, state, mask) =>
+    // the step's exported type requires the state; the native binding checks it too
+    result(native()[name](q, k, v, g, beta, state as MxArray, mask));
+
 /**
  * One token of the gated delta rule (already repeated to H value heads):
  *   S = S·g;  kv = Σ_k S·k;  delta = (v − kv)·beta;  S = S + delta ⊗ k;  y = Σ_k S·q
  * q, k [B, H, Dk]; v [B, H, Dv]; g [B, H] (decay factor, not its log) or [B, H, Dk]; beta [B, H];
  * state [B, H, Dv, Dk]; mask [B] (false: keep the old state).
  */
-export const gatedDeltaStep = (
-  q: MxArray,
-  k: MxArray,
-  v: MxArray,
-  g: MxArray,
-  beta: MxArray,
-  state: MxArray,
-  mask?: MxArray,
-): GatedDeltaResult => result(native().gatedDeltaStep(q, k, v, g, beta, state, mask));
+export const gatedDeltaStep: (...args: [...Inputs, state: MxArray, mask?: MxArray]) => GatedDeltaResult =
+  gatedDelta("gatedDeltaStep");
 
 /**
  * The gated delta rule over T tokens: on CPU streams one runtime-mlx kernel node (no mask; with a mask,
@@ -39,26 +42,10 @@ export const gatedDeltaStep = (
  * q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv] (Hv a multiple of Hk: value head j reads key head j / (Hv/Hk));
  * g [B, T, Hv] (or [B, T, Hv, Dk]); beta [B, T, Hv]; state [B, Hv, Dv, Dk] (zeros when omitted); mask [B, T].
  */
-export const gatedDeltaPrefill = (
-  q: MxArray,
-  k: MxArray,
-  v: MxArray,
-  g: MxArray,
-  beta: MxArray,
-  state?: MxArray,
-  mask?: MxArray,
-): GatedDeltaResult => result(native().gatedDeltaPrefill(q, k, v, g, beta, state, mask));
+export const gatedDeltaPrefill: GatedDelta = gatedDelta("gatedDeltaPrefill");
 
 /** Same contract as gatedDeltaPrefill, computed by MLX's own fused kernel (mx.fast.gated_delta_update). */
-export const gatedDeltaUpdate = (
-  q: MxArray,
-  k: MxArray,
-  v: MxArray,
-  g: MxArray,
-  beta: MxArray,
-  state?: MxArray,
-  mask?: MxArray,
-): GatedDeltaResult => result(native().gatedDeltaUpdate(q, k, v, g, beta, state, mask));
+export const gatedDeltaUpdate: GatedDelta = gatedDelta("gatedDeltaUpdate");
 
 /** Qwen3-Next RMSNormGated: rms_norm(x, weight, eps) · silu(z), the product in fp32, cast back to x's dtype. */
 export const gatedRmsNorm = (x: MxArray, weight: MxArray | null, z: MxArray, eps: number): MxArray =>

@@ -58,22 +58,24 @@ export const logicalOr = (a: ArrayOrScalar, b: ArrayOrScalar): MxArray => track(
 export const matmul = (a: MxArray, b: MxArray): MxArray => track(native().matmul(a, b));
 
 // --- reductions (axes default to all)
-export const sum = (a: MxArray, axes?: Axes, keepdims = false): MxArray =>
-  track(native().sum(a, axes, keepdims));
-export const mean = (a: MxArray, axes?: Axes, keepdims = false): MxArray =>
-  track(native().mean(a, axes, keepdims));
-export const max = (a: MxArray, axes?: Axes, keepdims = false): MxArray =>
-  track(native().max(a, axes, keepdims));
-export const min = (a: MxArray, axes?: Axes, keepdims = false): MxArray =>
-  track(native().min(a, axes, keepdims));
-export const prod = (a: MxArray, axes?: Axes, keepdims = false): MxArray =>
-  track(native().prod(a, axes, keepdims));
-export const logsumexp = (a: MxArray, axes?: Axes, keepdims = false): MxArray =>
-  track(native().logsumexp(a, axes, keepdims));
-export const argmax = (a: MxArray, axis?: number, keepdims = false): MxArray =>
-  track(native().argmax(a, axis, keepdims));
-export const argmin = (a: MxArray, axis?: number, keepdims = false): MxArray =>
-  track(native().argmin(a, axis, keepdims));
+type Reduction = (a: MxArray, axes?: Axes, keepdims?: boolean) => MxArray;
+type ArgReduction = (a: MxArray, axis?: number, keepdims?: boolean) => MxArray;
+const reduction =
+  (name: "sum" | "mean" | "max" | "min" | "prod" | "logsumexp"): Reduction =>
+  (a, axes, keepdims = false) =>
+    track(native()[name](a, axes, keepdims));
+const argReduction =
+  (name: "argmax" | "argmin"): ArgReduction =>
+  (a, axis, keepdims = false) =>
+    track(native()[name](a, axis, keepdims));
+export const sum = reduction("sum");
+export const mean = reduction("mean");
+export const max = reduction("max");
+export const min = reduction("min");
+export const prod = reduction("prod");
+export const logsumexp = reduction("logsumexp");
+export const argmax = argReduction("argmax");
+export const argmin = argReduction("argmin");
 /** softmax over `axes` (default: all); `precise` accumulates low-precision inputs in fp32. */
 export const softmax = (a: MxArray, axes?: Axes, precise = false): MxArray =>
   track(native().softmax(a, axes, precise));

@@ -5,6 +5,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { rng } from "@anemll-qwen35/testkit";
 import { describe, expect } from "vitest";
 import { mlxAvailable } from "../src/index.js";
 
@@ -26,16 +27,7 @@ export function describeMlx(name: string, body: () => void): void {
 }
 
 /** A seeded PRNG (mulberry32) so every run sees the same data. */
-export function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { rng };
 
 /** size values uniform in [lo, hi), rounded to float32. */
 export function uniform(next: () => number, size: number, lo = -1, hi = 1): Float32Array {

@@ -1,14 +1,8 @@
 import { createInterface } from "node:readline";
-import { type ChatMessage, generate } from "@anemll-qwen35/generate";
+import type { ChatMessage } from "@anemll-qwen35/generate";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
-import {
-  addSamplingOptions,
-  prefillNotice,
-  samplingFrom,
-  statsLine,
-  thinkingText,
-} from "../generation-options.js";
+import { addSamplingOptions, statsLine, streamReply } from "../generation-options.js";
 import { addModelOptions, type ModelOptions, openModel } from "../model.js";
 
 const HELP = "commands: /reset (forget the conversation) · /think on|off · /exit";
@@ -70,22 +64,10 @@ export function registerChat(program: Command, ctx: Context): void {
         history.push({ role: "user", content: line });
         // the whole conversation is re-rendered each turn, so start from an empty state
         model.reset();
-        const waiting = prefillNotice(out.notice);
-        const gen = generate(model, tokenizer, {
+        const r = await streamReply(ctx, out, model, tokenizer, o, {
           messages: history,
-          onPrefill: waiting.onPrefill,
           enableThinking: thinking,
-          maxTokens: o.maxTokens,
-          sampling: samplingFrom(o),
-          stop: o.stop,
         });
-        for await (const chunk of gen) {
-          waiting.done();
-          if (chunk.type === "thinking") out.write(thinkingText(chunk.text, ctx.streams.stdout));
-          else if (chunk.type === "text") out.write(chunk.text);
-        }
-        const r = await gen.result.finally(waiting.done);
-        out.line();
         out.notice(statsLine(r.stats, r.finishReason));
         history.push({ role: "assistant", content: r.text, reasoning_content: r.thinking || undefined });
         prompt();

@@ -12,7 +12,7 @@ import {
 import { type Command, Option } from "commander";
 import type { Context } from "../context.js";
 import { bytes, choice, fuse, int, weightQuant } from "../options.js";
-import { progressReporter } from "../progress.js";
+import { interruptible, progressReporter } from "../progress.js";
 
 export function registerConvert(program: Command, ctx: Context): void {
   program
@@ -95,15 +95,7 @@ export function registerConvert(program: Command, ctx: Context): void {
       const out = ctx.output();
       const bar = progressReporter("convert", ctx.streams.stderr, { quiet: out.json });
       const log = o.log ? createWriteStream(o.log) : undefined;
-      const ac = new AbortController();
-      // first Ctrl-C: stop cleanly and keep what is finished; a second one: quit at once
-      const onSigint = () => {
-        if (ac.signal.aborted) process.exit(130);
-        bar.stop();
-        out.notice("interrupting: keeping the finished work for --resume (Ctrl-C again to quit at once)");
-        ac.abort();
-      };
-      process.on("SIGINT", onSigint);
+      const interrupt = interruptible(bar, out.notice, "keeping the finished work for --resume");
       try {
         const r = await convert({
           model,
@@ -126,7 +118,7 @@ export function registerConvert(program: Command, ctx: Context): void {
           resume: Boolean(o.resume),
           force: Boolean(o.force),
           workers: o.workers,
-          signal: ac.signal,
+          signal: interrupt.signal,
           onProgress: (e) =>
             bar.update(
               e.fraction,
@@ -159,7 +151,7 @@ export function registerConvert(program: Command, ctx: Context): void {
       } finally {
         bar.stop();
         log?.end();
-        process.removeListener("SIGINT", onSigint);
+        interrupt.dispose();
       }
     });
 }

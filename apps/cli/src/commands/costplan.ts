@@ -1,17 +1,16 @@
-import { readFile, writeFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import {
-  CHIP_IDS,
-  type ChipId,
   compareReports,
   costplan,
   formatComparison,
   formatReport,
   parseReport,
 } from "@anemll-qwen35/costplan";
+import { writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
 import type { Command } from "commander";
 import { checkConverted } from "../chain-check.js";
 import type { Context } from "../context.js";
-import { COMPUTE_UNITS, choice, int } from "../options.js";
+import { addChipOptions, choice, int } from "../options.js";
 
 export function registerCostplan(program: Command, ctx: Context): void {
   const cmd = program
@@ -19,19 +18,8 @@ export function registerCostplan(program: Command, ctx: Context): void {
     .description(
       "what a package or converted model costs on the ANE: placement per op, time, projected tok/s",
     )
-    .argument("<path>", "a .mlpackage, or a folder written by `convert`")
-    .option(
-      "--chip <id>",
-      `chip profile (${CHIP_IDS.join(", ")})`,
-      choice("--chip", CHIP_IDS as readonly ChipId[]),
-      "m4-pro",
-    )
-    .option(
-      "--compute-units <u>",
-      `Core ML compute units the placement assumes: ${COMPUTE_UNITS.join(", ")}`,
-      choice("--compute-units", COMPUTE_UNITS),
-      "cpuAndNeuralEngine",
-    )
+    .argument("<path>", "a .mlpackage, or a folder written by `convert`");
+  addChipOptions(cmd, { chip: "chip profile", units: "Core ML compute units the placement assumes" })
     .option(
       "--calibration <c>",
       "fitted (dispatch and bandwidth fitted to Mac measurements) or none (physics only)",
@@ -48,7 +36,7 @@ export function registerCostplan(program: Command, ctx: Context): void {
         computeUnits: o.computeUnits,
         calibration: o.calibration,
       });
-      if (o.save) await writeFile(o.save, `${JSON.stringify(report, null, 2)}\n`);
+      if (o.save) await writeFileAtomic(o.save, `${JSON.stringify(report, null, 2)}\n`);
       out.result(report);
       out.line(formatReport(report, { topOps: o.top }));
     });

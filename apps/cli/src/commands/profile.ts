@@ -1,12 +1,12 @@
-import { CHIP_IDS, type ChipId, formatProfile, profile } from "@anemll-qwen35/costplan";
+import { formatProfile, profile } from "@anemll-qwen35/costplan";
 import { writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
 import type { Command } from "commander";
 import { checkConverted } from "../chain-check.js";
 import type { Context } from "../context.js";
-import { COMPUTE_UNITS, choice, int } from "../options.js";
+import { addChipOptions, choice, int } from "../options.js";
 
 export function registerProfile(program: Command, ctx: Context): void {
-  program
+  const cmd = program
     .command("profile")
     .description(
       "measured time per op and per package (reference interpreter; Core ML per prediction on a Mac), joined with costplan's estimate and placement, and the ops where they disagree most",
@@ -19,19 +19,8 @@ export function registerProfile(program: Command, ctx: Context): void {
       "interpreter arithmetic: fp16 (rounds like the ANE) or fp32",
       choice("--precision", ["fp16", "fp32"] as const),
       "fp16",
-    )
-    .option(
-      "--chip <id>",
-      `chip profile of the estimate (${CHIP_IDS.join(", ")})`,
-      choice("--chip", CHIP_IDS as readonly ChipId[]),
-      "m4-pro",
-    )
-    .option(
-      "--compute-units <u>",
-      `Core ML compute units: ${COMPUTE_UNITS.join(", ")}`,
-      choice("--compute-units", COMPUTE_UNITS),
-      "cpuAndNeuralEngine",
-    )
+    );
+  addChipOptions(cmd, { chip: "chip profile of the estimate", units: "Core ML compute units" })
     .option("--no-coreml", "skip Core ML timing and MLComputePlan even where available")
     .option("--top <n>", "ops listed where measurement and estimate disagree most", int("--top", 0), 10)
     .option("-j, --save <file>", "also write the JSON report to a file (anemll-profile's -j FILE)")

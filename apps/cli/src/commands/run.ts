@@ -1,14 +1,11 @@
-import { generate } from "@anemll-qwen35/generate";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
 import {
   addConstraintOptions,
   addSamplingOptions,
   constraintFrom,
-  prefillNotice,
-  samplingFrom,
   statsLine,
-  thinkingText,
+  streamReply,
 } from "../generation-options.js";
 import { addModelOptions, type ModelOptions, openModel } from "../model.js";
 
@@ -43,24 +40,12 @@ export function registerRun(program: Command, ctx: Context): void {
         ...(o.system ? [{ role: "system" as const, content: o.system }] : []),
         { role: "user" as const, content: prompt },
       ];
-      const waiting = prefillNotice(out.notice);
-      const gen = generate(model, tokenizer, {
+      const r = await streamReply(ctx, out, model, tokenizer, o, {
         ...(o.raw ? { prompt } : { messages }),
-        onPrefill: waiting.onPrefill,
         enableThinking: o.think ? true : o.raw ? undefined : false,
-        maxTokens: o.maxTokens,
-        sampling: samplingFrom(o),
-        stop: o.stop,
         ...constraint,
         signal: ac.signal,
       });
-      for await (const chunk of gen) {
-        waiting.done();
-        if (chunk.type === "thinking") out.write(thinkingText(chunk.text, ctx.streams.stdout));
-        else if (chunk.type === "text") out.write(chunk.text);
-      }
-      const r = await gen.result.finally(waiting.done);
-      out.line();
       out.result({
         text: r.text,
         thinking: r.thinking,

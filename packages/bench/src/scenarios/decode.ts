@@ -3,90 +3,52 @@
  * and cold (load / compile time and the first prompt reported on their own).
  */
 import type { ChartSpec } from "../charts.js";
-import { backendNotes, barRows } from "../report.js";
-import type { Scenario, ScenarioOutput } from "../scenario.js";
-import type { Run } from "../schema.js";
-import { sidesFor } from "../sides.js";
+import { eachSide, promptFor, tokSMetric, warmDecode } from "../measure.js";
+import { barChart, barRows } from "../report.js";
+import type { Scenario } from "../scenario.js";
 import { metric } from "../stats.js";
-import { promptIds, runSteps } from "../steps.js";
 
 export const decode: Scenario = {
   name: "decode",
   question:
     "How many tokens per second does each backend decode, warm, and what do load and the first prompt cost cold?",
-  async run(ctx): Promise<ScenarioOutput> {
-    const p = ctx.params;
-    const { sides, skipped } = await sidesFor(ctx);
-    const runs: Run[] = [];
-    for (const side of sides) {
-      ctx.signal?.throwIfAborted();
-      ctx.log(`decode: ${side.label} · ${side.model.name}`);
-      const opened = await side.open();
-      try {
-        const prompt = promptIds(p.promptTokens, side.model.vocabSize ?? 1024);
-        const t = await runSteps(opened.model, prompt, { decodeSteps: p.warmupSteps + p.decodeSteps });
-        const warm = t.decodeMs.slice(p.warmupSteps);
-        const compile = Object.values(opened.compileSeconds);
-        runs.push({
-          id: `${side.backend} · ${side.model.name}`,
-          backend: side.backend,
-          model: side.model,
-          conversion: side.conversion,
-          config: {
-            promptTokens: prompt.length,
-            decodeSteps: p.decodeSteps,
-            warmupSteps: p.warmupSteps,
-          },
-          metrics: [
-            metric(
-              "decode_tok_s",
-              "tok/s",
-              warm.map((ms) => 1000 / ms),
-              "1000 / ms of each warm decode step",
-            ),
-            metric("decode_ms", "ms", warm, "each warm decode step"),
-            metric("load_ms", "ms", [opened.loadMs], "opening the model (Core ML: compile + load)"),
-            metric("first_prefill_ms", "ms", [t.prefillMs], "the first prompt after load (cold)"),
-            metric("first_decode_ms", "ms", [t.decodeMs[0]], "the first decode step after load (cold)"),
-            ...(compile.length
-              ? [metric("compile_s", "s", compile, "Core ML compile per component (first use of a package)")]
-              : []),
-          ],
-          notes: side.convertSeconds ? [`converted now in ${side.convertSeconds.toFixed(1)} s`] : [],
-        });
-      } finally {
-        await opened.model.dispose();
-      }
-    }
-    return { runs, skipped, notes: backendNotes(runs) };
-  },
+  run: (ctx, p) =>
+    eachSide(ctx, "decode", async (side, opened) => {
+      const prompt = promptFor(side, p.promptTokens);
+      const t = await warmDecode(opened.model, prompt, p);
+      const compile = Object.values(opened.compileSeconds);
+      return {
+        config: { promptTokens: prompt.length, decodeSteps: p.decodeSteps, warmupSteps: p.warmupSteps },
+        metrics: [
+          tokSMetric(t.warm),
+          metric("decode_ms", "ms", t.warm, "each warm decode step"),
+          metric("load_ms", "ms", [opened.loadMs], "opening the model (Core ML: compile + load)"),
+          metric("first_prefill_ms", "ms", [t.prefillMs], "the first prompt after load (cold)"),
+          metric("first_decode_ms", "ms", [t.decodeMs[0]], "the first decode step after load (cold)"),
+          ...(compile.length
+            ? [metric("compile_s", "s", compile, "Core ML compile per component (first use of a package)")]
+            : []),
+        ],
+        notes: side.convertSeconds ? [`converted now in ${side.convertSeconds.toFixed(1)} s`] : [],
+      };
+    }),
   charts(result): ChartSpec[] {
     const runs = result.runs;
+    const cold = [
+      ...barRows(runs, "load_ms", () => ({ phase: "load" })),
+      ...barRows(runs, "first_prefill_ms", () => ({ phase: "first prompt" })),
+    ];
     return [
-      {
-        kind: "bar",
-        name: "tok-s",
-        title: `Decode tok/s (warm, median with p10–p90) · ${result.scale}`,
-        rows: barRows(runs, "decode_tok_s"),
-        x: "run",
-        y: "median",
-        yTitle: "tok/s",
-        lo: "p10",
-        hi: "p90",
-      },
-      {
-        kind: "bar",
-        name: "cold",
-        title: "Cold start: load and first prompt (ms)",
-        rows: [
-          ...barRows(runs, "load_ms", () => ({ phase: "load" })),
-          ...barRows(runs, "first_prefill_ms", () => ({ phase: "first prompt" })),
-        ],
-        x: "run",
-        y: "median",
-        yTitle: "ms",
-        color: "phase",
-      },
+      barChart(
+        "tok-s",
+        `Decode tok/s (warm, median with p10–p90) · ${result.scale}`,
+        barRows(runs, "decode_tok_s"),
+        "tok/s",
+        {
+          whiskers: true,
+        },
+      ),
+      barChart("cold", "Cold start: load and first prompt (ms)", cold, "ms", { color: "phase" }),
     ];
   },
 };

@@ -11,12 +11,13 @@
  */
 import type { ChartSpec } from "../charts.js";
 import { expertSkipModel } from "../expert-skip.js";
-import { backendNotes, barRows } from "../report.js";
-import type { Scenario, ScenarioOutput } from "../scenario.js";
+import { nothingRan, promptFor, sideRun, targetRun, withOpened } from "../measure.js";
+import { backendNotes, barChart, barRows } from "../report.js";
+import type { Scenario } from "../scenario.js";
 import type { Run } from "../schema.js";
 import { isSkip, mlxSide } from "../sides.js";
 import { metric } from "../stats.js";
-import { promptIds, runSteps } from "../steps.js";
+import { runSteps } from "../steps.js";
 
 /**
  * Tokens each speculative round would emit over a sequence of draft/target agreements with
@@ -44,59 +45,28 @@ export const expertSkip: Scenario = {
   name: "expert-skip",
   question:
     "Drafting with the MoE's shared expert only (routed experts skipped), how often is the draft's greedy token the full model's?",
-  async run(ctx): Promise<ScenarioOutput> {
-    const p = ctx.params;
+  async run(ctx, p) {
     const spec = p.pairing.foreground;
     const bits = p.mlx.bits ?? null;
     const target = await mlxSide(ctx, spec, { bits });
-    if (isSkip(target)) {
-      return { runs: [], skipped: [{ what: "expert-skip (MLX)", reason: target.reason }], notes: [] };
-    }
+    if (isSkip(target)) return nothingRan("expert-skip (MLX)", target.reason);
     ctx.log(`expert-skip: writing the shared-expert-only draft of ${spec.name}`);
     const draft = await mlxSide(ctx, expertSkipModel(spec), { bits });
-    if (isSkip(draft))
-      return { runs: [], skipped: [{ what: "expert-skip draft", reason: draft.reason }], notes: [] };
+    if (isSkip(draft)) return nothingRan("expert-skip draft", draft.reason);
     const tokens = p.speculative.tokens;
-    const prompt = promptIds(p.promptTokens, target.model.vocabSize ?? 1024);
+    const prompt = promptFor(target, p.promptTokens);
     ctx.log(`expert-skip: target ${target.label} · ${target.model.name}`);
-    const t = await target.open();
-    let ref: Awaited<ReturnType<typeof runSteps>>;
-    try {
-      ref = await runSteps(t.model, prompt, { decodeSteps: tokens });
-    } finally {
-      await t.model.dispose();
-    }
+    const ref = await withOpened(target, (t) => runSteps(t.model, prompt, { decodeSteps: tokens }));
     ctx.log("expert-skip: draft, teacher-forced on the target's tokens");
-    const d = await draft.open();
-    let r: Awaited<ReturnType<typeof runSteps>>;
-    try {
-      r = await runSteps(d.model, prompt, { decodeSteps: tokens, forced: ref.tokens });
-    } finally {
-      await d.model.dispose();
-    }
+    const r = await withOpened(draft, (d) =>
+      runSteps(d.model, prompt, { decodeSteps: tokens, forced: ref.tokens }),
+    );
     const matches = r.tokens.map((tok, i) => tok === ref.tokens[i]);
     const agree = matches.map(Number);
     const acceptance = agree.reduce((a, b) => a + b, 0) / agree.length;
     const runs: Run[] = [
-      {
-        id: `target ${target.backend} · ${target.model.name}`,
-        backend: target.backend,
-        model: target.model,
-        conversion: target.conversion,
-        config: { role: "target", tokens },
-        metrics: [
-          metric("decode_ms", "ms", ref.decodeMs, "target greedy decode steps"),
-          ...(ref.margins.length
-            ? [metric("logit_margin", "logit", ref.margins, "target's top-1 minus top-2 logit per position")]
-            : []),
-        ],
-        notes: [],
-      },
-      {
-        id: `draft ${draft.backend} · shared expert only`,
-        backend: draft.backend,
-        model: draft.model,
-        conversion: draft.conversion,
+      targetRun(target, ref, tokens),
+      sideRun(draft, `draft ${draft.backend} · shared expert only`, {
         config: { role: "draft", draft: "shared expert only", tokens },
         metrics: [
           metric(
@@ -120,8 +90,7 @@ export const expertSkip: Scenario = {
             ),
           ),
         ],
-        notes: [],
-      },
+      }),
     ];
     return {
       runs,
@@ -137,16 +106,7 @@ export const expertSkip: Scenario = {
     };
   },
   charts(result): ChartSpec[] {
-    return [
-      {
-        kind: "bar",
-        name: "acceptance",
-        title: "Expert-skip draft: acceptance (greedy agreement with the full MoE)",
-        rows: barRows(result.runs, "acceptance_rate"),
-        x: "run",
-        y: "median",
-        yTitle: "acceptance rate",
-      },
-    ];
+    const title = "Expert-skip draft: acceptance (greedy agreement with the full MoE)";
+    return [barChart("acceptance", title, barRows(result.runs, "acceptance_rate"), "acceptance rate")];
   },
 };

@@ -15,12 +15,13 @@ import { applyTiming, costplan } from "@anemll-qwen35/costplan";
 import type { StepModel } from "@anemll-qwen35/generate";
 import { ChainRunner, referenceBackend } from "@anemll-qwen35/runtime-ane";
 import type { ChartSpec } from "../charts.js";
-import { barRows } from "../report.js";
-import type { Scenario, ScenarioOutput } from "../scenario.js";
+import { promptFor, sideRun } from "../measure.js";
+import { barChart, barRows } from "../report.js";
+import type { Scenario } from "../scenario.js";
 import type { Run } from "../schema.js";
 import { aneSide } from "../sides.js";
 import { metric } from "../stats.js";
-import { greedy, promptIds } from "../steps.js";
+import { greedy } from "../steps.js";
 
 type Selector = (op: { readonly type: string; readonly name: string }) => boolean;
 
@@ -72,11 +73,10 @@ export const fp32Islands: Scenario = {
   name: "fp32-islands",
   question:
     "Keeping selected ops in fp32 inside the fp16 chain (op_selector mixed precision): how much precision does each selection recover, and what does it cost in ANE placement?",
-  async run(ctx): Promise<ScenarioOutput> {
-    const p = ctx.params;
+  async run(ctx, p) {
     const side = await aneSide(ctx, p.model);
     const dir = side.dir;
-    const prompt = promptIds(p.promptTokens, side.model.vocabSize ?? 1024);
+    const prompt = promptFor(side, p.promptTokens);
     const steps = p.decodeSteps;
     ctx.log("fp32-islands: the same program in fp32 throughout (the reference)");
     const ref = await ChainRunner.load(dir, { backend: referenceBackend({ precision: "fp32" }) });
@@ -127,42 +127,27 @@ export const fp32Islands: Scenario = {
       }
       const timed = applyTiming(moved);
       const ms = timed.chain?.estimatedMsPerToken ?? timed.totals.estimatedMs;
-      runs.push({
-        id: island.name,
-        backend: side.backend,
-        model: side.model,
-        conversion: side.conversion,
-        config: { islands: island.name, steps: cmp.length },
-        metrics: [
-          metric(
-            "max_abs_logit_error",
-            "logit",
-            cmp.map((c) => c.maxAbs),
-            "per step, against fp32 throughout",
-          ),
-          metric(
-            "logit_cosine",
-            "cosine",
-            cmp.map((c) => c.cosine),
-            "per step, against fp32 throughout",
-          ),
-          metric(
-            "top1_agreement",
-            "fraction",
-            [cmp.filter((c) => c.top1).length / cmp.length],
-            "greedy token equal to fp32's",
-          ),
-          metric("ops_off_ane", "ops", [offAne], "runtime ops costplan moves off the ANE (fp32 compute)"),
-          metric("interruptions", "count", [timed.totals.interruptions], "graph interruptions (costplan)"),
-          metric(
-            "estimated_ms_per_token",
-            "ms",
-            [ms],
-            "costplan estimate on its chip, with the islands on the CPU",
-          ),
-        ],
-        notes: [],
-      });
+      const perStep = (name: string, unit: string, of: (c: (typeof cmp)[number]) => number) =>
+        metric(name, unit, cmp.map(of), "per step, against fp32 throughout");
+      const top1 = cmp.filter((c) => c.top1).length / cmp.length;
+      runs.push(
+        sideRun(side, island.name, {
+          config: { islands: island.name, steps: cmp.length },
+          metrics: [
+            perStep("max_abs_logit_error", "logit", (c) => c.maxAbs),
+            perStep("logit_cosine", "cosine", (c) => c.cosine),
+            metric("top1_agreement", "fraction", [top1], "greedy token equal to fp32's"),
+            metric("ops_off_ane", "ops", [offAne], "runtime ops costplan moves off the ANE (fp32 compute)"),
+            metric("interruptions", "count", [timed.totals.interruptions], "graph interruptions (costplan)"),
+            metric(
+              "estimated_ms_per_token",
+              "ms",
+              [ms],
+              "costplan estimate on its chip, with the islands on the CPU",
+            ),
+          ],
+        }),
+      );
     }
     return {
       runs,
@@ -175,27 +160,21 @@ export const fp32Islands: Scenario = {
     };
   },
   charts(result): ChartSpec[] {
+    const runs = result.runs;
     return [
-      {
-        kind: "bar",
-        name: "error",
-        title: "Largest logit error vs fp32, per fp32-island selection",
-        rows: barRows(result.runs, "max_abs_logit_error"),
-        x: "run",
-        y: "median",
-        yTitle: "max |Δ logit| (median over steps)",
-        lo: "p10",
-        hi: "p90",
-      },
-      {
-        kind: "bar",
-        name: "cost",
-        title: "Estimated ms per token with the islands off the ANE (costplan)",
-        rows: barRows(result.runs, "estimated_ms_per_token"),
-        x: "run",
-        y: "median",
-        yTitle: "ms per token (estimate)",
-      },
+      barChart(
+        "error",
+        "Largest logit error vs fp32, per fp32-island selection",
+        barRows(runs, "max_abs_logit_error"),
+        "max |Δ logit| (median over steps)",
+        { whiskers: true },
+      ),
+      barChart(
+        "cost",
+        "Estimated ms per token with the islands off the ANE (costplan)",
+        barRows(runs, "estimated_ms_per_token"),
+        "ms per token (estimate)",
+      ),
     ];
   },
 };

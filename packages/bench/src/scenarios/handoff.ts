@@ -12,8 +12,8 @@ import { aneBackend } from "../backends.js";
 import type { ChartSpec } from "../charts.js";
 import { expectedAfter, type HandoffPackage, writeHandoffPackages } from "../handoff-packages.js";
 import { cacheRoot } from "../models.js";
-import { backendNotes, lineRows } from "../report.js";
-import type { Scenario, ScenarioOutput } from "../scenario.js";
+import { backendNotes, lineChart, lineRows } from "../report.js";
+import type { Scenario } from "../scenario.js";
 import type { Run } from "../schema.js";
 import { metric } from "../stats.js";
 
@@ -38,8 +38,7 @@ async function pass(stages: readonly LoadedComponent[], x: Tensor): Promise<Tens
 export const handoff: Scenario = {
   name: "handoff",
   question: "What does handing the hidden state from one package to the next cost, per boundary?",
-  async run(ctx): Promise<ScenarioOutput> {
-    const p = ctx.params;
+  async run(ctx, p) {
     const { hidden, ks, steps } = p.handoff;
     const dir = join(cacheRoot(), "bench", "handoff");
     await mkdir(dir, { recursive: true });
@@ -103,26 +102,20 @@ export const handoff: Scenario = {
   },
   charts(result): ChartSpec[] {
     const runs = result.runs;
+    const rows = lineRows(
+      runs,
+      "step_ms",
+      (r) => Number(r.config.k),
+      (r) => ({ layout: String(r.config.layout) }),
+    );
+    const title = `Per-step ms: k one-stage packages vs one k-stage package (hidden ${runs[0]?.config.hidden ?? "?"})`;
     return [
-      {
-        kind: "line",
-        name: "step-ms",
-        title: `Per-step ms: k one-stage packages vs one k-stage package (hidden ${runs[0]?.config.hidden ?? "?"})`,
-        rows: lineRows(
-          runs,
-          "step_ms",
-          (r) => Number(r.config.k),
-          (r) => ({ layout: String(r.config.layout) }),
-        ),
-        x: "x",
+      lineChart("step-ms", title, rows, {
         xTitle: "stages k",
         xType: "ordinal",
-        y: "median",
         yTitle: "ms per step",
         color: "layout",
-        lo: "p10",
-        hi: "p90",
-      },
+      }),
     ];
   },
 };

@@ -14,12 +14,12 @@ import { join } from "node:path";
 import { readQwen35Config } from "@anemll-qwen35/ir/checkpoint";
 import { mx } from "@anemll-qwen35/runtime-mlx";
 import type { ChartSpec } from "../charts.js";
-import { backendNotes, barRows } from "../report.js";
-import type { Scenario, ScenarioOutput } from "../scenario.js";
+import { nothingRan, promptFor, sideRun, tokSMetric, warmDecode, withOpened } from "../measure.js";
+import { backendNotes, barChart, barRows } from "../report.js";
+import type { Scenario } from "../scenario.js";
 import type { Run } from "../schema.js";
 import { isSkip, mlxSide } from "../sides.js";
 import { metric, summarize } from "../stats.js";
-import { promptIds, runSteps } from "../steps.js";
 
 /** The reference study's figures (Mac mini M4 Pro). */
 export const STUDY_KV_EXPAND = { perOpPct: 25, endToEndPct: -33 };
@@ -72,14 +72,11 @@ export const kvExpand: Scenario = {
   name: "kv-expand",
   question:
     "A KV cache pre-expanded to the context (fixed shapes, masked) against one grown as tokens arrive: what does it change per attention op, and per decoded token?",
-  async run(ctx): Promise<ScenarioOutput> {
-    const p = ctx.params;
+  async run(ctx, p) {
     const grown = await mlxSide(ctx, p.model, { contextLength: p.ctx, preallocate: false });
     const expanded = await mlxSide(ctx, p.model, { contextLength: p.ctx, preallocate: true });
-    if (isSkip(grown) || isSkip(expanded)) {
-      const reason = isSkip(grown) ? grown.reason : (expanded as { reason: string }).reason;
-      return { runs: [], skipped: [{ what: "kv-expand (MLX)", reason }], notes: [] };
-    }
+    if (isSkip(grown)) return nothingRan("kv-expand (MLX)", grown.reason);
+    if (isSkip(expanded)) return nothingRan("kv-expand (MLX)", expanded.reason);
     const cfg = await readQwen35Config(join(grown.dir, "config.json"));
     const shape: Shape = {
       heads: cfg.numAttentionHeads,
@@ -97,62 +94,46 @@ export const kvExpand: Scenario = {
       for (const kind of ["grown", "expanded"] as const) {
         const ms = attentionOpMs(shape, pos, p.ctx, kind === "expanded", reps);
         perOp[kind].push(summarize(ms).median);
-        runs.push({
-          id: `op · ${kind} · pos ${pos}`,
-          backend: grown.backend,
-          model: grown.model,
-          conversion: grown.conversion,
-          config: { level: "op", cache: kind, position: pos, ctx: p.ctx },
-          metrics: [metric("op_ms", "ms", ms, "one layer's K/V write + attention, evaluated")],
-          notes: [],
-        });
+        runs.push(
+          sideRun(grown, `op · ${kind} · pos ${pos}`, {
+            config: { level: "op", cache: kind, position: pos, ctx: p.ctx },
+            metrics: [metric("op_ms", "ms", ms, "one layer's K/V write + attention, evaluated")],
+          }),
+        );
       }
     }
-    const prompt = promptIds(p.promptTokens, grown.model.vocabSize ?? 1024);
+    const prompt = promptFor(grown, p.promptTokens);
     // ABBA order, so that neither policy gets the first (cold) open to itself
     const sides = { grown, expanded };
-    const samples: Record<"grown" | "expanded", { tokS: number[]; prefillMs: number[] }> = {
-      grown: { tokS: [], prefillMs: [] },
-      expanded: { tokS: [], prefillMs: [] },
+    const samples: Record<"grown" | "expanded", { stepMs: number[]; prefillMs: number[] }> = {
+      grown: { stepMs: [], prefillMs: [] },
+      expanded: { stepMs: [], prefillMs: [] },
     };
     for (const kind of ["grown", "expanded", "expanded", "grown"] as const) {
       ctx.signal?.throwIfAborted();
       ctx.log(`kv-expand: decode with the cache ${kind}`);
-      const opened = await sides[kind].open();
-      try {
-        const t = await runSteps(opened.model, prompt, { decodeSteps: p.warmupSteps + p.decodeSteps });
-        samples[kind].tokS.push(...t.decodeMs.slice(p.warmupSteps).map((ms) => 1000 / ms));
-        samples[kind].prefillMs.push(t.prefillMs);
-      } finally {
-        await opened.model.dispose();
-      }
+      const t = await withOpened(sides[kind], (opened) => warmDecode(opened.model, prompt, p));
+      samples[kind].stepMs.push(...t.warm);
+      samples[kind].prefillMs.push(t.prefillMs);
     }
     const e2e: Record<string, number> = {};
     for (const kind of ["grown", "expanded"] as const) {
-      const side = sides[kind];
-      e2e[kind] = summarize(samples[kind].tokS).median;
-      runs.push({
-        id: `decode · ${kind}`,
-        backend: side.backend,
-        model: side.model,
-        conversion: side.conversion,
-        config: { level: "end-to-end", cache: kind, ctx: p.ctx, opens: 2 },
-        metrics: [
-          metric(
-            "decode_tok_s",
-            "tok/s",
-            samples[kind].tokS,
-            "1000 / ms of each warm decode step (two opens, ABBA)",
-          ),
-          metric(
-            "prefill_ms",
-            "ms",
-            samples[kind].prefillMs,
-            "the prompt after each open (first use allocates the cache)",
-          ),
-        ],
-        notes: [],
-      });
+      const tokS = tokSMetric(samples[kind].stepMs, "1000 / ms of each warm decode step (two opens, ABBA)");
+      e2e[kind] = tokS.summary.median;
+      runs.push(
+        sideRun(sides[kind], `decode · ${kind}`, {
+          config: { level: "end-to-end", cache: kind, ctx: p.ctx, opens: 2 },
+          metrics: [
+            tokS,
+            metric(
+              "prefill_ms",
+              "ms",
+              samples[kind].prefillMs,
+              "the prompt after each open (first use allocates the cache)",
+            ),
+          ],
+        }),
+      );
     }
     const ratio = (a: number[], b: number[]) => a.reduce((s, x, i) => s + x / b[i], 0) / a.length;
     const opPct = 100 * (ratio(perOp.grown, perOp.expanded) - 1);
@@ -168,34 +149,22 @@ export const kvExpand: Scenario = {
     };
   },
   charts(result): ChartSpec[] {
+    const ops = result.runs.filter((r) => r.config.level === "op");
+    const opRows = barRows(ops, "op_ms", (r) => ({ cache: String(r.config.cache) }));
     return [
-      {
-        kind: "bar",
-        name: "op-ms",
-        title: "One attention op (K/V write + attend): grown vs pre-expanded cache",
-        rows: barRows(
-          result.runs.filter((r) => r.config.level === "op"),
-          "op_ms",
-          (r) => ({ cache: String(r.config.cache) }),
-        ),
-        x: "run",
-        y: "median",
-        yTitle: "ms",
+      barChart("op-ms", "One attention op (K/V write + attend): grown vs pre-expanded cache", opRows, "ms", {
         color: "cache",
-        lo: "p10",
-        hi: "p90",
-      },
-      {
-        kind: "bar",
-        name: "tok-s",
-        title: "Decode tok/s: grown vs pre-expanded KV cache",
-        rows: barRows(result.runs, "decode_tok_s"),
-        x: "run",
-        y: "median",
-        yTitle: "tok/s",
-        lo: "p10",
-        hi: "p90",
-      },
+        whiskers: true,
+      }),
+      barChart(
+        "tok-s",
+        "Decode tok/s: grown vs pre-expanded KV cache",
+        barRows(result.runs, "decode_tok_s"),
+        "tok/s",
+        {
+          whiskers: true,
+        },
+      ),
     ];
   },
 };

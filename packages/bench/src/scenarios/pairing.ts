@@ -6,14 +6,13 @@
  * its solo speed the foreground keeps and the combined tok/s.
  */
 import type { ChartSpec, Row } from "../charts.js";
-import { backendNotes } from "../report.js";
+import { backendNotes, barChart } from "../report.js";
 import type { MlxVariant } from "../scale.js";
-import type { Scenario, ScenarioOutput } from "../scenario.js";
-import type { BackendId, ModelInfo, Run, Skip } from "../schema.js";
+import type { Scenario } from "../scenario.js";
+import type { Metric, Run, Skip } from "../schema.js";
 import { aneSide, isSkip, mlxSide, type Side } from "../sides.js";
-import { metric } from "../stats.js";
 import { BenchWorker, type WorkerDone } from "../worker-pool.js";
-import { jobFor, tokPerS } from "./parallel.js";
+import { jobFor, preservedRows, sharedMetrics, tokPerS, windowRun } from "./parallel.js";
 
 const LOAD: Record<MlxVariant, { bits?: 4 | 8 | null; dtype?: "bfloat16" }> = {
   "4bit": { bits: 4 },
@@ -27,29 +26,18 @@ function runOf(
   variant: string,
   mode: "solo" | "together",
   d: WorkerDone,
-  extra: Run["metrics"] = [],
+  extra: Metric[] = [],
 ): Run {
-  return {
-    id: `${role === "foreground" ? "fg MoE" : "bg ANE"} ${variant} · ${mode}`,
-    backend: side.backend as BackendId,
-    model: side.model as ModelInfo,
-    conversion: side.conversion,
-    config: { role, variant, mode, durationMs: Math.round(d.wallMs), resets: d.resets },
-    metrics: [
-      metric("decode_tok_s", "tok/s", [tokPerS(d)], "decode steps / wall seconds of the window"),
-      metric("step_ms", "ms", d.stepMs, "each decode step in the window"),
-      ...extra,
-    ],
-    notes: [`${d.stepMs.length} decode steps in ${(d.wallMs / 1000).toFixed(2)} s`],
-  };
+  const id = `${role === "foreground" ? "fg MoE" : "bg ANE"} ${variant} · ${mode}`;
+  return windowRun(side, id, { role, variant, mode }, d, extra);
 }
 
 export const pairing: Scenario = {
   name: "pairing",
   question:
     "With a large MLX mixture-of-experts model in the foreground and the small chain on the ANE in the background, how much of its solo speed does the foreground keep, and what is the combined tok/s, for 4-bit, 8-bit and bf16 foreground weights?",
-  async run(ctx): Promise<ScenarioOutput> {
-    const p = ctx.params.pairing;
+  async run(ctx, params) {
+    const p = params.pairing;
     const durationMs = p.seconds * 1000;
     const skipped: Skip[] = [];
     const runs: Run[] = [];
@@ -78,16 +66,7 @@ export const pairing: Scenario = {
           const combined = tokPerS(fgT) + tokPerS(bgT);
           runs.push(
             runOf(fgSide, "foreground", variant, "solo", fgSolo),
-            runOf(fgSide, "foreground", variant, "together", fgT, [
-              metric("foreground_preserved_pct", "%", [kept], "foreground tok/s together / solo"),
-              metric(
-                "background_preserved_pct",
-                "%",
-                [(100 * tokPerS(bgT)) / tokPerS(bgSolo)],
-                "background tok/s together / solo",
-              ),
-              metric("combined_tok_s", "tok/s", [combined], "foreground + background together"),
-            ]),
+            runOf(fgSide, "foreground", variant, "together", fgT, sharedMetrics(fgSolo, fgT, bgSolo, bgT)),
             runOf(bgSide, "background", variant, "together", bgT),
           );
           notes.push(
@@ -117,33 +96,16 @@ export const pairing: Scenario = {
       member: `${r.config.role} ${r.config.mode}`,
       median: r.metrics[0].summary.median,
     }));
-    const kept: Row[] = result.runs
-      .filter((r) => r.metrics.some((m) => m.name === "foreground_preserved_pct"))
-      .map((r) => ({
-        run: String(r.config.variant),
-        median: r.metrics.find((m) => m.name === "foreground_preserved_pct")!.summary.median,
-      }));
     if (rows.length === 0) return [];
+    const title = "MoE foreground and ANE background, tok/s per foreground variant";
     return [
-      {
-        kind: "bar",
-        name: "tok-s",
-        title: "MoE foreground and ANE background, tok/s per foreground variant",
-        rows,
-        x: "variant",
-        y: "median",
-        yTitle: "tok/s",
-        color: "member",
-      },
-      {
-        kind: "bar",
-        name: "preserved",
-        title: "Foreground tok/s kept beside the ANE background (% of solo)",
-        rows: kept,
-        x: "run",
-        y: "median",
-        yTitle: "% of solo",
-      },
+      barChart("tok-s", title, rows, "tok/s", { x: "variant", color: "member" }),
+      barChart(
+        "preserved",
+        "Foreground tok/s kept beside the ANE background (% of solo)",
+        preservedRows(result.runs, (r) => String(r.config.variant)),
+        "% of solo",
+      ),
     ];
   },
 };

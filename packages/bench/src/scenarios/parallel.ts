@@ -5,9 +5,10 @@
  * throughput, and the same for two MLX models together — the baseline the reference study used.
  */
 import type { ChartSpec, Row } from "../charts.js";
-import { backendNotes } from "../report.js";
-import type { Scenario, ScenarioContext, ScenarioOutput } from "../scenario.js";
-import type { BackendId, ModelInfo, Run, Skip } from "../schema.js";
+import { sideRun } from "../measure.js";
+import { backendNotes, barChart } from "../report.js";
+import type { Scenario, ScenarioContext } from "../scenario.js";
+import type { Metric, Run, Skip } from "../schema.js";
 import { aneSide, isSkip, mlxSide, type Side } from "../sides.js";
 import { metric } from "../stats.js";
 import { promptIds } from "../steps.js";
@@ -32,28 +33,58 @@ function memberName(m: Member): string {
   return `${m.role === "foreground" ? "fg" : "bg"} ${m.side.backend.startsWith("ane") ? "ANE" : "MLX"}`;
 }
 
-function runOf(m: Member, pairing: string, d: WorkerDone, extra: Run["metrics"] = []): Run {
-  const mode = pairing === "solo" ? "solo" : `in ${pairing}`;
-  return {
-    id: `${memberName(m)} ${m.side.backend} · ${mode}`,
-    backend: m.side.backend as BackendId,
-    model: m.side.model as ModelInfo,
-    conversion: m.side.conversion,
-    config: {
-      role: m.role,
-      member: memberName(m),
-      pairing,
-      mode,
-      durationMs: Math.round(d.wallMs),
-      resets: d.resets,
-    },
+/** A run of one worker's timed window: tok/s over the window and each step's ms. */
+export function windowRun(
+  side: Side,
+  id: string,
+  config: Run["config"],
+  d: WorkerDone,
+  extra: Metric[] = [],
+): Run {
+  return sideRun(side, id, {
+    config: { ...config, durationMs: Math.round(d.wallMs), resets: d.resets },
     metrics: [
       metric("decode_tok_s", "tok/s", [tokPerS(d)], "decode steps / wall seconds of the window"),
       metric("step_ms", "ms", d.stepMs, "each decode step in the window"),
       ...extra,
     ],
     notes: [`${d.stepMs.length} decode steps in ${(d.wallMs / 1000).toFixed(2)} s`],
-  };
+  });
+}
+
+/** What the foreground and the background keep of their solo speeds together, and their sum. */
+export function sharedMetrics(
+  fgSolo: WorkerDone,
+  fg: WorkerDone,
+  bgSolo: WorkerDone,
+  bg: WorkerDone,
+): Metric[] {
+  const pct = (a: WorkerDone, b: WorkerDone) => (100 * tokPerS(a)) / tokPerS(b);
+  return [
+    metric("foreground_preserved_pct", "%", [pct(fg, fgSolo)], "foreground tok/s together / solo"),
+    metric("background_preserved_pct", "%", [pct(bg, bgSolo)], "background tok/s together / solo"),
+    metric("combined_tok_s", "tok/s", [tokPerS(fg) + tokPerS(bg)], "foreground + background together"),
+  ];
+}
+
+/** Bar rows of the foreground's kept share, labelled by `label`. */
+export function preservedRows(runs: readonly Run[], label: (r: Run) => string): Row[] {
+  return runs.flatMap((r) => {
+    const m = r.metrics.find((x) => x.name === "foreground_preserved_pct");
+    return m ? [{ run: label(r), median: m.summary.median }] : [];
+  });
+}
+
+function runOf(m: Member, pairing: string, d: WorkerDone, extra: Metric[] = []): Run {
+  const mode = pairing === "solo" ? "solo" : `in ${pairing}`;
+  const member = memberName(m);
+  return windowRun(
+    m.side,
+    `${member} ${m.side.backend} · ${mode}`,
+    { role: m.role, member, pairing, mode },
+    d,
+    extra,
+  );
 }
 
 export async function jobFor(ctx: ScenarioContext, side: Side, label: string): Promise<WorkerJob> {
@@ -79,8 +110,7 @@ export const parallel: Scenario = {
   name: "parallel",
   question:
     "When a background model decodes on the ANE while a foreground model decodes on the GPU, how much of its solo speed does the foreground keep, compared with two GPU models?",
-  async run(ctx): Promise<ScenarioOutput> {
-    const p = ctx.params;
+  async run(ctx, p) {
     const durationMs = p.parallelSeconds * 1000;
     const skipped: Skip[] = [];
     const fgSide = await mlxSide(ctx, p.model);
@@ -118,18 +148,13 @@ export const parallel: Scenario = {
       const [fgM, mlxT] = await Promise.all([fg.worker.run(durationMs), bgMlx.worker.run(durationMs)]);
 
       const pct = (a: WorkerDone, b: WorkerDone) => (100 * tokPerS(a)) / tokPerS(b);
-      const derived = (fgT: WorkerDone, bgT: WorkerDone, bgS: WorkerDone) => [
-        metric("foreground_preserved_pct", "%", [pct(fgT, fgSolo)], "foreground tok/s together / solo"),
-        metric("background_preserved_pct", "%", [pct(bgT, bgS)], "background tok/s together / solo"),
-        metric("combined_tok_s", "tok/s", [tokPerS(fgT) + tokPerS(bgT)], "foreground + background together"),
-      ];
       runs.push(
         runOf(fg, "solo", fgSolo),
         runOf(bgAne, "solo", aneSolo),
         runOf(bgMlx, "solo", mlxSolo),
-        runOf(fg, PAIR_ANE, fgA, derived(fgA, aneT, aneSolo)),
+        runOf(fg, PAIR_ANE, fgA, sharedMetrics(fgSolo, fgA, aneSolo, aneT)),
         runOf(bgAne, PAIR_ANE, aneT),
-        runOf(fg, PAIR_MLX, fgM, derived(fgM, mlxT, mlxSolo)),
+        runOf(fg, PAIR_MLX, fgM, sharedMetrics(fgSolo, fgM, mlxSolo, mlxT)),
         runOf(bgMlx, PAIR_MLX, mlxT),
       );
       notes.push(
@@ -155,32 +180,14 @@ export const parallel: Scenario = {
       member: String(r.config.member),
       median: r.metrics[0].summary.median,
     }));
-    const kept: Row[] = runs
-      .filter((r) => r.metrics.some((m) => m.name === "foreground_preserved_pct"))
-      .map((r) => ({
-        run: String(r.config.pairing),
-        median: r.metrics.find((m) => m.name === "foreground_preserved_pct")!.summary.median,
-      }));
     return [
-      {
-        kind: "bar",
-        name: "tok-s",
-        title: "Decode tok/s, solo and together",
-        rows,
-        x: "pairing",
-        y: "median",
-        yTitle: "tok/s",
-        color: "member",
-      },
-      {
-        kind: "bar",
-        name: "preserved",
-        title: "Foreground tok/s kept (% of solo)",
-        rows: kept,
-        x: "run",
-        y: "median",
-        yTitle: "% of solo",
-      },
+      barChart("tok-s", "Decode tok/s, solo and together", rows, "tok/s", { x: "pairing", color: "member" }),
+      barChart(
+        "preserved",
+        "Foreground tok/s kept (% of solo)",
+        preservedRows(runs, (r) => String(r.config.pairing)),
+        "% of solo",
+      ),
     ];
   },
 };

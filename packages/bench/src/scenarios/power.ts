@@ -5,12 +5,13 @@
  */
 import type { StepModel } from "@anemll-qwen35/generate";
 import type { ChartSpec, Row } from "../charts.js";
+import { eachSide, nothingRan, promptFor } from "../measure.js";
 import { type PowerSamples, powerUnavailableReason, samplePower } from "../powermetrics.js";
-import type { Scenario, ScenarioOutput } from "../scenario.js";
+import { barChart } from "../report.js";
+import type { Scenario } from "../scenario.js";
 import type { Metric, Run } from "../schema.js";
-import { sidesFor } from "../sides.js";
 import { metric } from "../stats.js";
-import { greedy, promptIds } from "../steps.js";
+import { greedy } from "../steps.js";
 
 const INTERVAL_MS = 250;
 
@@ -43,49 +44,32 @@ function powerMetrics(p: PowerSamples): Metric[] {
 export const power: Scenario = {
   name: "power",
   question: "How much power do the ANE and the GPU draw while decoding, and how many joules per token?",
-  async run(ctx): Promise<ScenarioOutput> {
+  async run(ctx, p) {
     const reason = powerUnavailableReason();
-    if (reason) return { runs: [], skipped: [{ what: "power sampling", reason }], notes: [] };
-    const p = ctx.params;
+    if (reason) return nothingRan("power sampling", reason);
     const ms = Math.max(3000, p.parallelSeconds * 1000);
-    const { sides, skipped } = await sidesFor(ctx);
-    const runs: Run[] = [];
     const idle = await samplePower(INTERVAL_MS, () => new Promise((r) => setTimeout(r, ms)));
-    runs.push({
+    const floor: Run = {
       id: "idle",
       backend: "host",
       model: { name: "none", source: "idle" },
       config: { seconds: ms / 1000 },
       metrics: powerMetrics(idle.power),
       notes: ["the floor: nothing decoding"],
+    };
+    const decoding = await eachSide(ctx, "power", async (side, opened) => {
+      const prompt = promptFor(side, p.promptTokens);
+      await decodeFor(opened.model, prompt, 1000); // warm-up
+      const { power: pw, result: tokS } = await samplePower(INTERVAL_MS, () =>
+        decodeFor(opened.model, prompt, ms),
+      );
+      const metrics = powerMetrics(pw);
+      metrics.push(metric("decode_tok_s", "tok/s", [tokS]));
+      const combined = metrics.find((m) => m.name === "combined_w");
+      if (combined) metrics.push(metric("joules_per_token", "J/token", [combined.summary.median / tokS]));
+      return { config: { seconds: ms / 1000, intervalMs: INTERVAL_MS }, metrics };
     });
-    for (const side of sides) {
-      ctx.log(`power: ${side.label}`);
-      const opened = await side.open();
-      try {
-        const prompt = promptIds(p.promptTokens, side.model.vocabSize ?? 1024);
-        await decodeFor(opened.model, prompt, 1000); // warm-up
-        const { power: pw, result: tokS } = await samplePower(INTERVAL_MS, () =>
-          decodeFor(opened.model, prompt, ms),
-        );
-        const metrics = powerMetrics(pw);
-        metrics.push(metric("decode_tok_s", "tok/s", [tokS]));
-        const combined = metrics.find((m) => m.name === "combined_w");
-        if (combined) metrics.push(metric("joules_per_token", "J/token", [combined.summary.median / tokS]));
-        runs.push({
-          id: `${side.backend} · ${side.model.name}`,
-          backend: side.backend,
-          model: side.model,
-          conversion: side.conversion,
-          config: { seconds: ms / 1000, intervalMs: INTERVAL_MS },
-          metrics,
-          notes: [],
-        });
-      } finally {
-        await opened.model.dispose();
-      }
-    }
-    return { runs, skipped, notes: [] };
+    return { ...decoding, runs: [floor, ...decoding.runs] };
   },
   charts(result): ChartSpec[] {
     const runs = result.runs;
@@ -96,17 +80,6 @@ export const power: Scenario = {
         if (m) rows.push({ run: r.id, rail: name.replace("_w", "").toUpperCase(), median: m.summary.median });
       }
     }
-    return [
-      {
-        kind: "bar",
-        name: "watts",
-        title: "Power while decoding (median W per rail)",
-        rows,
-        x: "run",
-        y: "median",
-        yTitle: "W",
-        color: "rail",
-      },
-    ];
+    return [barChart("watts", "Power while decoding (median W per rail)", rows, "W", { color: "rail" })];
   },
 };

@@ -9,20 +9,20 @@
  * write different text" (the reference study's 0.8B drafting for 9B).
  */
 import type { ChartSpec, Row } from "../charts.js";
-import { backendNotes } from "../report.js";
-import type { Scenario, ScenarioOutput } from "../scenario.js";
+import { promptFor, sideRun, targetRun, withOpened } from "../measure.js";
+import { backendNotes, barChart } from "../report.js";
+import type { Scenario } from "../scenario.js";
 import type { Run, Skip } from "../schema.js";
 import { aneSide, isSkip, mlxSide, type Side } from "../sides.js";
 import { speculativeDecode } from "../speculation.js";
 import { metric } from "../stats.js";
-import { promptIds, runSteps } from "../steps.js";
+import { runSteps } from "../steps.js";
 
 export const speculative: Scenario = {
   name: "speculative",
   question:
     "How often does a draft model propose the target's greedy token, and what speed-up does that give?",
-  async run(ctx): Promise<ScenarioOutput> {
-    const p = ctx.params;
+  async run(ctx, p) {
     const { tokens, gammas } = p.speculative;
     const skipped: Skip[] = [];
     const notes: string[] = [];
@@ -56,40 +56,17 @@ export const speculative: Scenario = {
 
     ctx.log(`speculative: target ${target.label} · ${target.model.name}`);
     const vocab = target.model.vocabSize ?? 1024;
-    const prompt = promptIds(p.promptTokens, vocab);
+    const prompt = promptFor(target, p.promptTokens);
     const runs: Run[] = [];
-    const t = await target.open();
-    try {
+    await withOpened(target, async (t) => {
       // the target alone: its greedy tokens and how long decoding them takes
       const alone = await runSteps(t.model, prompt, { decodeSteps: tokens - 1 });
       const aloneMs = alone.decodeMs.reduce((a, b) => a + b, 0);
-      runs.push({
-        id: `target ${target.backend} · ${target.model.name}`,
-        backend: target.backend,
-        model: target.model,
-        conversion: target.conversion,
-        config: { role: "target", tokens },
-        metrics: [
-          metric("decode_ms", "ms", alone.decodeMs, "target greedy decode steps, alone"),
-          ...(alone.margins.length
-            ? [
-                metric(
-                  "logit_margin",
-                  "logit",
-                  alone.margins,
-                  "target's top-1 minus top-2 logit per position: small margins make any perturbation flip the greedy token",
-                ),
-              ]
-            : []),
-        ],
-        notes: [],
-      });
-
+      runs.push(targetRun(target, alone, tokens));
       for (const d of drafts) {
         ctx.signal?.throwIfAborted();
         ctx.log(`speculative: draft ${d.side.label} · ${d.why}`);
-        const o = await d.side.open();
-        try {
+        const metrics = await withOpened(d.side, async (o) => {
           const metrics = [];
           let accepted = 0;
           let proposed = 0;
@@ -129,19 +106,14 @@ export const speculative: Scenario = {
               ),
             );
           }
-          metrics.unshift(
-            metric(
-              "acceptance_rate",
-              "fraction",
-              [accepted / proposed],
-              "draft tokens accepted ÷ proposed, all γ",
-            ),
-          );
-          runs.push({
-            id: `draft ${d.side.backend} · ${d.why}`,
-            backend: d.side.backend,
-            model: d.side.model,
-            conversion: d.side.conversion,
+          const rate = accepted / proposed;
+          return [
+            metric("acceptance_rate", "fraction", [rate], "draft tokens accepted ÷ proposed, all γ"),
+            ...metrics,
+          ];
+        });
+        runs.push(
+          sideRun(d.side, `draft ${d.side.backend} · ${d.why}`, {
             config: {
               role: "draft",
               draft: d.why,
@@ -149,15 +121,10 @@ export const speculative: Scenario = {
               tokens,
             },
             metrics,
-            notes: [],
-          });
-        } finally {
-          await o.model.dispose();
-        }
+          }),
+        );
       }
-    } finally {
-      await t.model.dispose();
-    }
+    });
     notes.push(
       "a real draft → verify → rollback loop: the draft proposes γ tokens, the target checks them (MLX: one call with every position's logits; an ANE chain: one decode per token, stopping at the first disagreement), and a model that consumed rejected tokens restores its state snapshot from the start of the round and consumes the accepted ones again",
       "speed-up = the target decoding alone ÷ the speculative loop, for the same number of tokens, measured in the same run",
@@ -177,25 +144,10 @@ export const speculative: Scenario = {
       }
     }
     return [
-      {
-        kind: "bar",
-        name: "acceptance",
-        title: "Draft acceptance (greedy agreement with the target)",
-        rows,
-        x: "run",
-        y: "median",
-        yTitle: "acceptance rate",
-      },
-      {
-        kind: "bar",
-        name: "speedup",
-        title: "Measured speed-up over target-only decoding",
-        rows: speed,
-        x: "run",
-        y: "median",
-        yTitle: "× target speed",
+      barChart("acceptance", "Draft acceptance (greedy agreement with the target)", rows, "acceptance rate"),
+      barChart("speedup", "Measured speed-up over target-only decoding", speed, "× target speed", {
         color: "gamma",
-      },
+      }),
     ];
   },
 };

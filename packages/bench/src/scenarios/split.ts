@@ -8,9 +8,10 @@
 
 import { aneBackend } from "../backends.js";
 import type { ChartSpec } from "../charts.js";
+import { nothingRan, tokSMetric, withOpened } from "../measure.js";
 import { conversionOf, ensureChain, modelInfo } from "../models.js";
-import { backendNotes, lineRows } from "../report.js";
-import type { Scenario, ScenarioOutput } from "../scenario.js";
+import { backendNotes, lineChart, lineRows } from "../report.js";
+import type { Scenario } from "../scenario.js";
 import type { Run } from "../schema.js";
 import { aneSide, isSkip, mlxSide } from "../sides.js";
 import { SplitModel } from "../split-model.js";
@@ -31,18 +32,15 @@ export const split: Scenario = {
   name: "split",
   question:
     "With the first N layers of one model on MLX and the rest on the ANE chain, the hidden state handed over per token, how fast does it decode for each N, against either runtime alone?",
-  async run(ctx): Promise<ScenarioOutput> {
-    const p = ctx.params;
+  async run(ctx, p) {
     const s = p.split;
     const spec = p.model;
     const ane = await aneSide(ctx, spec, { fuse: 1, body: s.body, lmHead: s.lmHead });
     const mlx = await mlxSide(ctx, spec, { bits: s.mlx.bits ?? null, dtype: s.mlx.dtype });
     if (isSkip(mlx)) {
-      return {
-        runs: [],
-        skipped: [{ what: "split (needs MLX for the first layers)", reason: mlx.reason }],
-        notes: ["experiment B needs both runtimes; nothing ran"],
-      };
+      return nothingRan("split (needs MLX for the first layers)", mlx.reason, [
+        "experiment B needs both runtimes; nothing ran",
+      ]);
     }
     const info = await modelInfo(spec);
     const L = info.layers ?? 0;
@@ -51,22 +49,10 @@ export const split: Scenario = {
     const runs: Run[] = [];
     // the chain alone first: its greedy tokens are what every other run is fed
     ctx.log(`split: N = 0 (${ane.label} alone)`);
-    const aneOpened = await ane.open();
-    let reference: StepTimings;
-    try {
-      reference = await runSteps(aneOpened.model, prompt, { decodeSteps: steps });
-    } finally {
-      await aneOpened.model.dispose();
-    }
+    const reference = await withOpened(ane, (o) => runSteps(o.model, prompt, { decodeSteps: steps }));
     const forced = reference.tokens.slice(0, steps);
     ctx.log(`split: N = ${L} (${mlx.label} alone)`);
-    const mlxOpened = await mlx.open();
-    let mlxAlone: StepTimings;
-    try {
-      mlxAlone = await runSteps(mlxOpened.model, prompt, { decodeSteps: steps, forced });
-    } finally {
-      await mlxOpened.model.dispose();
-    }
+    const mlxAlone = await withOpened(mlx, (o) => runSteps(o.model, prompt, { decodeSteps: steps, forced }));
     const chain = await ensureChain(spec, { ctx: p.ctx, fuse: 1, body: s.body, lmHead: s.lmHead }, ctx.log);
     const results: { n: number; t: StepTimings; mlxMs: number[]; aneMs: number[] }[] = [
       { n: 0, t: reference, mlxMs: [], aneMs: reference.decodeMs },
@@ -121,12 +107,7 @@ export const split: Scenario = {
           aneBackend: ane.backend,
         },
         metrics: [
-          metric(
-            "decode_tok_s",
-            "tok/s",
-            decodeMs.map((ms) => 1000 / ms),
-            "1000 / ms of each warm decode step",
-          ),
+          tokSMetric(decodeMs),
           metric("decode_ms", "ms", decodeMs, "each warm decode step"),
           ...(r.mlxMs.length
             ? [metric("mlx_ms", "ms", warm(r.mlxMs), "the MLX layers of each warm step")]
@@ -169,20 +150,14 @@ export const split: Scenario = {
     };
   },
   charts(result): ChartSpec[] {
+    const rows = lineRows(result.runs, "decode_tok_s", (r) => Number(r.config.mlxLayers));
+    const title = "Decode tok/s with the first N layers on MLX, the rest on the ANE chain";
     return [
-      {
-        kind: "line",
-        name: "tok-s",
-        title: "Decode tok/s with the first N layers on MLX, the rest on the ANE chain",
-        rows: lineRows(result.runs, "decode_tok_s", (r) => Number(r.config.mlxLayers)),
-        x: "x",
-        y: "median",
+      lineChart("tok-s", title, rows, {
         xTitle: "layers on MLX (N)",
         xType: "quantitative",
         yTitle: "tok/s",
-        lo: "p10",
-        hi: "p90",
-      },
+      }),
     ];
   },
 };

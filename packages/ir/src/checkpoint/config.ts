@@ -140,6 +140,14 @@ const size = (max: number) =>
   posInt().max(max, { error: `a positive integer of at most ${max.toLocaleString("en-US")}` });
 const LAYER_TYPES = ["linear_attention", "full_attention"] as const;
 
+/** partial_rotary_factor, at the top level or in rope_parameters. */
+const rotaryFactor = () =>
+  z
+    .number({ error: "a number in (0, 1]" })
+    .gt(0, { error: "a number in (0, 1]" })
+    .lte(1, { error: "a number in (0, 1]" })
+    .optional();
+
 const textSchema = z.looseObject({
   model_type: z
     .enum(["qwen3_5_text", "qwen3_5_moe_text"], { error: '"qwen3_5_text" or "qwen3_5_moe_text"' })
@@ -174,21 +182,13 @@ const textSchema = z.looseObject({
           .literal("default", { error: '"default" (other RoPE scalings are not supported)' })
           .optional(),
         rope_theta: posNum().optional(),
-        partial_rotary_factor: z
-          .number({ error: "a number in (0, 1]" })
-          .gt(0, { error: "a number in (0, 1]" })
-          .lte(1, { error: "a number in (0, 1]" })
-          .optional(),
+        partial_rotary_factor: rotaryFactor(),
       },
       { error: "an object" },
     )
     .optional(),
   rope_theta: posNum().optional(),
-  partial_rotary_factor: z
-    .number({ error: "a number in (0, 1]" })
-    .gt(0, { error: "a number in (0, 1]" })
-    .lte(1, { error: "a number in (0, 1]" })
-    .optional(),
+  partial_rotary_factor: rotaryFactor(),
   tie_word_embeddings: z.boolean({ error: "true or false" }).optional(),
   eos_token_id: z
     .union([nonNegInt(), z.array(nonNegInt())], { error: "a token id or an array of ids" })
@@ -257,6 +257,8 @@ export function parseQwen35Config(json: unknown, file?: string): Qwen35Config {
   const prefix = layout === "vl" ? "text_config" : "";
   const issues: Issue[] = [];
   const f = (name: string) => (prefix ? `${prefix}.${name}` : name);
+  /** A problem with text-config field `name`. */
+  const problem = (name: string, message: string) => issues.push({ field: f(name), message });
 
   let wrapper: z.infer<typeof wrapperSchema> | undefined;
   if (layout === "vl") {
@@ -274,10 +276,10 @@ export function parseQwen35Config(json: unknown, file?: string): Qwen35Config {
   if (wrapper) {
     modelType = wrapper.model_type === "qwen3_5_moe" ? "qwen3_5_moe_text" : "qwen3_5_text";
     if (t.model_type !== undefined && t.model_type !== modelType) {
-      issues.push({
-        field: f("model_type"),
-        message: `expected "${modelType}" to match model_type "${wrapper.model_type}", got "${t.model_type}"`,
-      });
+      problem(
+        "model_type",
+        `expected "${modelType}" to match model_type "${wrapper.model_type}", got "${t.model_type}"`,
+      );
     }
   } else if (t.model_type === undefined) {
     const got = raw.model_type === undefined ? "missing" : `got ${JSON.stringify(raw.model_type)}`;
@@ -294,41 +296,30 @@ export function parseQwen35Config(json: unknown, file?: string): Qwen35Config {
   const H = t.num_attention_heads;
   const Hkv = t.num_key_value_heads;
   if (H % Hkv !== 0) {
-    issues.push({
-      field: f("num_key_value_heads"),
-      message: `expected a divisor of num_attention_heads (${H}), got ${Hkv}`,
-    });
+    problem("num_key_value_heads", `expected a divisor of num_attention_heads (${H}), got ${Hkv}`);
   }
   const Hk = t.linear_num_key_heads;
   const Hv = t.linear_num_value_heads;
   if (Hv % Hk !== 0) {
-    issues.push({
-      field: f("linear_num_value_heads"),
-      message: `expected a multiple of linear_num_key_heads (${Hk}), got ${Hv}`,
-    });
+    problem("linear_num_value_heads", `expected a multiple of linear_num_key_heads (${Hk}), got ${Hv}`);
   }
 
   // RoPE: rope_parameters wins over the older top-level fields; partial factor defaults to 0.25
   const rp = t.rope_parameters;
   const ropeTheta = rp?.rope_theta ?? t.rope_theta;
   if (ropeTheta === undefined) {
-    issues.push({
-      field: f("rope_parameters.rope_theta"),
-      message: "expected a positive number (or top-level rope_theta), missing",
-    });
+    problem("rope_parameters.rope_theta", "expected a positive number (or top-level rope_theta), missing");
   }
   const partialRotaryFactor = rp?.partial_rotary_factor ?? t.partial_rotary_factor ?? 0.25;
   const rotaryExact = t.head_dim * partialRotaryFactor;
   const rotaryDim = Math.round(rotaryExact);
   if (Math.abs(rotaryExact - rotaryDim) > 1e-9 || rotaryDim % 2 !== 0 || rotaryDim === 0) {
-    issues.push({
-      field: f(
-        rp?.partial_rotary_factor !== undefined
-          ? "rope_parameters.partial_rotary_factor"
-          : "partial_rotary_factor",
-      ),
-      message: `expected head_dim (${t.head_dim}) x partial_rotary_factor to be a positive even integer, got ${rotaryExact}`,
-    });
+    problem(
+      rp?.partial_rotary_factor !== undefined
+        ? "rope_parameters.partial_rotary_factor"
+        : "partial_rotary_factor",
+      `expected head_dim (${t.head_dim}) x partial_rotary_factor to be a positive even integer, got ${rotaryExact}`,
+    );
   }
 
   // layer plan: explicit layer_types, else HF's rule (layer i is full attention iff (i+1) % interval == 0)
@@ -338,10 +329,7 @@ export function parseQwen35Config(json: unknown, file?: string): Qwen35Config {
   if (t.layer_types) {
     layerTypes = t.layer_types;
     if (layerTypes.length !== L) {
-      issues.push({
-        field: f("layer_types"),
-        message: `expected ${L} entries (num_hidden_layers), got ${layerTypes.length}`,
-      });
+      problem("layer_types", `expected ${L} entries (num_hidden_layers), got ${layerTypes.length}`);
     }
   } else {
     layerTypes = Array.from({ length: L }, (_, i) =>
@@ -362,10 +350,10 @@ export function parseQwen35Config(json: unknown, file?: string): Qwen35Config {
         bad >= 0
           ? `layer ${bad} is "${layerTypes[bad]}" where the pattern needs "${pattern[bad % 4]}"`
           : `${L} layers is not a multiple of 4`;
-      issues.push({
-        field: f(t.layer_types ? "layer_types" : "num_hidden_layers"),
-        message: `expected whole DDDA super-blocks (3 linear_attention layers then 1 full_attention, repeated): ${detail}`,
-      });
+      problem(
+        t.layer_types ? "layer_types" : "num_hidden_layers",
+        `expected whole DDDA super-blocks (3 linear_attention layers then 1 full_attention, repeated): ${detail}`,
+      );
     } else {
       for (let b = 0; b < L / 4; b++) {
         superBlocks.push({ index: b, layers: [4 * b, 4 * b + 1, 4 * b + 2, 4 * b + 3] });
@@ -383,8 +371,7 @@ export function parseQwen35Config(json: unknown, file?: string): Qwen35Config {
       "shared_expert_intermediate_size",
     ] as const;
     for (const k of need) {
-      if (t[k] === undefined)
-        issues.push({ field: f(k), message: `expected ${POS_INT} (required for MoE models), missing` });
+      if (t[k] === undefined) problem(k, `expected ${POS_INT} (required for MoE models), missing`);
     }
     if (need.every((k) => t[k] !== undefined)) {
       moe = {
@@ -394,17 +381,14 @@ export function parseQwen35Config(json: unknown, file?: string): Qwen35Config {
         sharedExpertIntermediateSize: t.shared_expert_intermediate_size!,
       };
       if (moe.numExpertsPerTok > moe.numExperts) {
-        issues.push({
-          field: f("num_experts_per_tok"),
-          message: `expected at most num_experts (${moe.numExperts}), got ${moe.numExpertsPerTok}`,
-        });
+        problem(
+          "num_experts_per_tok",
+          `expected at most num_experts (${moe.numExperts}), got ${moe.numExpertsPerTok}`,
+        );
       }
     }
   } else if (t.intermediate_size === undefined) {
-    issues.push({
-      field: f("intermediate_size"),
-      message: `expected ${POS_INT} (the dense FFN width), missing`,
-    });
+    problem("intermediate_size", `expected ${POS_INT} (the dense FFN width), missing`);
   }
 
   if (issues.length > 0) throw new ConfigError(file, issues);

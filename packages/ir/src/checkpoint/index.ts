@@ -1,7 +1,8 @@
 /**
  * `@anemll-qwen35/ir/checkpoint`: Hugging Face Qwen3.5 checkpoints — safetensors (lazy, sharded)
  * read and write, config.json → Qwen35Config, the canonical weight names and the parameter table,
- * model references (`hf:owner/name` through the HF cache), golden outputs, atomic file writes.
+ * model references (`hf:owner/name` through the HF cache), golden outputs, atomic file writes,
+ * and synthetic checkpoints (random weights with a published size's real shapes).
  */
 
 // A Qwen3.5 checkpoint: config + canonical weight names + lazy reader, validated on open
@@ -85,3 +86,19 @@ export { argmax, cosine, GOLDEN_FILE, type Golden, hasGolden, loadGolden, maxAbs
 
 // Atomic writes: a temp name beside the target, then a rename
 export { commitDirectory, pathExists, tempSiblingPath, writeFileAtomic } from "./atomic.js";
+
+// Synthetic checkpoints: random-weight stand-ins with the real shapes of each published size
+export {
+  defaultSyntheticDir,
+  planSyntheticCheckpoint,
+  publishedConfigJson,
+  SYNTHETIC_SIZES,
+  SYNTHETIC_STAMP_FILE,
+  type SyntheticOptions,
+  type SyntheticPlan,
+  type SyntheticResult,
+  type SyntheticSize,
+  scaledConfigJson,
+  syntheticTensors,
+  writeSyntheticCheckpoint,
+} from "./synthetic.js";

@@ -66,33 +66,7 @@ export function expandTo<T extends NumArray>(src: T, from: readonly number[], to
     return out;
   }
   const srcStrides = stridesOf(f).map((s, i) => (f[i] === 1 ? 0 : s));
-  const last = rank - 1;
-  const inner = to[last];
-  const innerStride = srcStrides[last];
-  const idx = new Array<number>(rank).fill(0);
-  let o = 0;
-  let base = 0;
-  while (o < n) {
-    if (innerStride === 0) {
-      const v = src[base];
-      for (let i = 0; i < inner; i++) out[o + i] = v;
-    } else {
-      for (let i = 0; i < inner; i++) out[o + i] = src[base + i];
-    }
-    o += inner;
-    // odometer over the outer dims
-    let d = last - 1;
-    while (d >= 0) {
-      idx[d]++;
-      base += srcStrides[d];
-      if (idx[d] < to[d]) break;
-      base -= srcStrides[d] * to[d];
-      idx[d] = 0;
-      d--;
-    }
-    if (d < 0) break;
-  }
-  return out;
+  return copyStrided(src, out, to, srcStrides);
 }
 
 /** out[...] = src permuted by `perm` (numpy transpose). */
@@ -108,22 +82,45 @@ export function permute<T extends NumArray>(src: T, shape: readonly number[], pe
   }
   const inStrides = stridesOf(shape);
   const outShape = perm.map((p) => shape[p]);
-  const srcStep = perm.map((p) => inStrides[p]); // source stride per output dim
-  const last = rank - 1;
-  const inner = outShape[last];
-  const innerStep = srcStep[last];
-  const idx = new Array<number>(rank).fill(0);
+  return copyStrided(
+    src,
+    out,
+    outShape,
+    perm.map((p) => inStrides[p]), // source stride per output dim
+  );
+}
+
+/**
+ * Fills `out` (row-major over `shape`) from `src` read at Σ idx[d]·strides[d] (a stride of 0
+ * repeats): the odometer expandTo and permute share, a whole row of the last dim at a time.
+ */
+function copyStrided<T extends NumArray>(
+  src: T,
+  out: T,
+  shape: readonly number[],
+  strides: readonly number[],
+): T {
+  const last = shape.length - 1;
+  const inner = shape[last];
+  const step = strides[last];
+  const idx = new Array<number>(shape.length).fill(0);
   let o = 0;
   let base = 0;
-  while (o < n) {
-    for (let i = 0, s = base; i < inner; i++, s += innerStep) out[o + i] = src[s];
+  while (o < out.length) {
+    if (step === 0) {
+      const v = src[base];
+      for (let i = 0; i < inner; i++) out[o + i] = v;
+    } else {
+      for (let i = 0, s = base; i < inner; i++, s += step) out[o + i] = src[s];
+    }
     o += inner;
+    // odometer over the outer dims
     let d = last - 1;
     while (d >= 0) {
       idx[d]++;
-      base += srcStep[d];
-      if (idx[d] < outShape[d]) break;
-      base -= srcStep[d] * outShape[d];
+      base += strides[d];
+      if (idx[d] < shape[d]) break;
+      base -= strides[d] * shape[d];
       idx[d] = 0;
       d--;
     }

@@ -12,9 +12,9 @@ import {
   type TensorSpec,
   WeightError,
   writeSafetensors,
+  writeSyntheticCheckpoint,
 } from "../../src/checkpoint/index.js";
 import { buildWeightMap, mapHfName } from "../../src/checkpoint/weights.js";
-import { writeSyntheticCheckpoint } from "../testkit.js";
 import { tempDir, tinyConfigJson, vals } from "./helpers.js";
 
 /** Writes config.json + model.safetensors with value(name, i) at flat index i. */

@@ -17,18 +17,10 @@ import type {
   ValueType,
 } from "../../src/mil/program.js";
 import { stateType, tensorType } from "../../src/mil/program.js";
+import { rng } from "../testkit.js";
 
 /** Deterministic pseudo-random numbers in [0, 1) (mulberry32). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { rng };
 
 export function fp16Random(n: number, seed: number, scale = 0.1): Uint16Array {
   const r = rng(seed);

@@ -28,6 +28,16 @@ function kvProgram(): Program {
   return b.program();
 }
 
+/** y = (x·x)/x + 1 on x = [300, 2]: 300² overflows fp16 (ops named square_it, divide, plus_one). */
+function squareProgram() {
+  const b = new MilBuilder();
+  const x = b.input("x", f16([2]));
+  const sq = b.mul({ x, y: x, name: "square_it" });
+  const back = b.realDiv({ x: sq, y: x, name: "divide" });
+  b.output("y", b.add({ x: back, y: 1, name: "plus_one" }));
+  return { p: b.program(), input: { x: f32t([2], [300, 2]) } };
+}
+
 describe("MilInterpreter", () => {
   it("keeps states across runs and writes at runtime positions", () => {
     const it = new MilInterpreter(kvProgram());
@@ -78,13 +88,7 @@ describe("MilInterpreter", () => {
   });
 
   it("fp16 mode keeps the results of keepFp32 ops in fp32 (an fp32 island), and times each op", () => {
-    const b = new MilBuilder();
-    const x = b.input("x", f16([2]));
-    const sq = b.mul({ x, y: x, name: "square_it" });
-    const back = b.realDiv({ x: sq, y: x, name: "divide" });
-    b.output("y", b.add({ x: back, y: 1, name: "plus_one" }));
-    const p = b.program();
-    const input = { x: f32t([2], [300, 2]) };
+    const { p, input } = squareProgram();
     // 300² overflows fp16; kept in fp32 it does not, and the rest rounds as usual
     const r = interpret(p, input, {
       precision: "fp16",
@@ -105,13 +109,7 @@ describe("MilInterpreter", () => {
   });
 
   it("fp16 mode rounds op results, overflows to inf and reports the first op", () => {
-    const b = new MilBuilder();
-    const x = b.input("x", f16([2]));
-    const sq = b.mul({ x, y: x, name: "square_it" });
-    const back = b.realDiv({ x: sq, y: x, name: "divide" });
-    b.output("y", b.add({ x: back, y: 1, name: "plus_one" }));
-    const p = b.program();
-    const input = { x: f32t([2], [300, 2]) };
+    const { p, input } = squareProgram();
 
     const r32 = interpret(p, input, { outputs: "fp32" });
     expect(Array.from(r32.outputs.y.data as Float32Array)).toEqual([301, 3]);

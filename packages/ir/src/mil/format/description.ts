@@ -127,9 +127,13 @@ export function describeFunction(
   return features;
 }
 
-function metadataProto(m: ModelMetadata | undefined): MetadataProto | undefined {
+/**
+ * The metadata fields that are set, or undefined when none is. The program's ModelMetadata and the
+ * description's MetadataProto have the same fields, so this copies either way.
+ */
+function setMetadata(m: ModelMetadata | MetadataProto | undefined): ModelMetadata | undefined {
   if (!m) return undefined;
-  const out: MetadataProto = {};
+  const out: ModelMetadata = {};
   if (m.shortDescription) out.shortDescription = m.shortDescription;
   if (m.versionString) out.versionString = m.versionString;
   if (m.author) out.author = m.author;
@@ -195,22 +199,13 @@ export function describeModel(model: MlModel): ModelDescriptionProto {
     });
     description.defaultFunctionName = defaultName;
   }
-  const metadata = metadataProto(model.metadata);
+  const metadata = setMetadata(model.metadata);
   if (metadata) description.metadata = metadata;
   return description;
 }
 
 /** Metadata from a description (undefined when it holds nothing). */
-export function metadataFromProto(m: MetadataProto | undefined): ModelMetadata | undefined {
-  if (!m) return undefined;
-  const out: ModelMetadata = {};
-  if (m.shortDescription) out.shortDescription = m.shortDescription;
-  if (m.versionString) out.versionString = m.versionString;
-  if (m.author) out.author = m.author;
-  if (m.license) out.license = m.license;
-  if (m.userDefined && Object.keys(m.userDefined).length > 0) out.userDefined = { ...m.userDefined };
-  return Object.keys(out).length > 0 ? out : undefined;
-}
+export const metadataFromProto = (m: MetadataProto | undefined): ModelMetadata | undefined => setMetadata(m);
 
 type Role = "input" | "output" | "state";
 

@@ -10,7 +10,7 @@ import type { MilDType, TensorType } from "../program.js";
 import { broadcastPlan, broadcastShapes, expandTo, sameShape, shapeStr } from "../shape.js";
 import type { RtTensor } from "../values.js";
 import { allocRt } from "../values.js";
-import { BOOL, FP, FP_I32, FP_I32_BOOL, lit, STR, tt } from "./common.js";
+import { ANY17, BOOL, FP, FP_I32, FP_I32_BOOL, lit, STR, tt } from "./common.js";
 import type { OpArgs, OpDef } from "./opdef.js";
 
 type Num = Float32Array | Int32Array | Uint8Array;
@@ -424,17 +424,8 @@ function unaryDef(type: string): OpDef {
 // ---------------------------------------------------------------------------------------------
 // cast, select, clip, identity
 
-/** iOS17 cast targets. */
-const CAST_DTYPES: readonly MilDType[] = [
-  "fp16",
-  "fp32",
-  "int8",
-  "uint8",
-  "int16",
-  "uint16",
-  "int32",
-  "bool",
-];
+/** iOS17 cast targets: the iOS17 tensor domain. */
+const CAST_DTYPES = ANY17;
 
 const cast: OpDef = {
   type: "cast",

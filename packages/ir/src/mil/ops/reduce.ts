@@ -216,6 +216,13 @@ function argDef(type: "reduce_argmax" | "reduce_argmin"): OpDef {
 // ---------------------------------------------------------------------------------------------
 // softmax
 
+/** x's type, once `axis` is checked against its rank (softmax, cumsum). */
+function sameTypeAlongAxis(a: OpArgs): TensorType[] {
+  const x = a.type("x");
+  axisArg(a, "axis", x.shape.length);
+  return [x];
+}
+
 const softmax: OpDef = {
   type: "softmax",
   version: "iOS15",
@@ -224,11 +231,7 @@ const softmax: OpDef = {
     { name: "axis", dtype: I32, const: true, optional: true, default: () => lit.i32(-1) },
   ],
   domains: { T: FP },
-  infer(a) {
-    const x = a.type("x");
-    axisArg(a, "axis", x.shape.length);
-    return [x];
-  },
+  infer: sameTypeAlongAxis,
   evaluate(a, out) {
     const x = a.value("x");
     return [
@@ -346,11 +349,7 @@ const cumsum: OpDef = {
     { name: "reverse", dtype: BOOL, const: true, optional: true, default: () => lit.bool(false) },
   ],
   domains: { T: FP_I32 },
-  infer(a) {
-    const x = a.type("x");
-    axisArg(a, "axis", x.shape.length);
-    return [x];
-  },
+  infer: sameTypeAlongAxis,
   evaluate(a, out) {
     const x = a.value("x");
     const xd = x.data as Num;

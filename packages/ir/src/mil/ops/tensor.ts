@@ -23,7 +23,7 @@ import {
   STR,
   tt,
 } from "./common.js";
-import type { OpArgs, OpDef } from "./opdef.js";
+import type { OpArgs, OpDef, ParamDef } from "./opdef.js";
 
 type Num = Float32Array | Int32Array | Uint8Array;
 
@@ -453,19 +453,21 @@ function runtimeDims(a: OpArgs, x: RtTensor): DimSlice[] {
   return dims;
 }
 
+/** What slice_by_index and slice_update select: begin/end (with an optional stride) and the masks. */
+const SLICE_BOUNDS: readonly ParamDef[] = [
+  { name: "begin", dtype: "U" },
+  { name: "end", dtype: "U" },
+  { name: "stride", dtype: "U", const: true, optional: true },
+  { name: "begin_mask", dtype: BOOL, const: true, optional: true },
+  { name: "end_mask", dtype: BOOL, const: true, optional: true },
+  { name: "squeeze_mask", dtype: BOOL, const: true, optional: true },
+];
+
 const sliceByIndex: OpDef = {
   type: "slice_by_index",
   version: "iOS17",
   available: "iOS15",
-  params: [
-    { name: "x", dtype: "T" },
-    { name: "begin", dtype: "U" },
-    { name: "end", dtype: "U" },
-    { name: "stride", dtype: "U", const: true, optional: true },
-    { name: "begin_mask", dtype: BOOL, const: true, optional: true },
-    { name: "end_mask", dtype: BOOL, const: true, optional: true },
-    { name: "squeeze_mask", dtype: BOOL, const: true, optional: true },
-  ],
+  params: [{ name: "x", dtype: "T" }, ...SLICE_BOUNDS],
   domains: { T: ANY17, U: IDX17 },
   infer: (a) => [tt(a.type("x").dtype, sliceShape(a, a.type("x"), false) as number[])],
   evaluate(a, out) {
@@ -485,16 +487,7 @@ const sliceByIndex: OpDef = {
 const sliceUpdate: OpDef = {
   type: "slice_update",
   version: "iOS18",
-  params: [
-    { name: "x", dtype: "T" },
-    { name: "update", dtype: "T" },
-    { name: "begin", dtype: "U" },
-    { name: "end", dtype: "U" },
-    { name: "stride", dtype: "U", const: true, optional: true },
-    { name: "begin_mask", dtype: BOOL, const: true, optional: true },
-    { name: "end_mask", dtype: BOOL, const: true, optional: true },
-    { name: "squeeze_mask", dtype: BOOL, const: true, optional: true },
-  ],
+  params: [{ name: "x", dtype: "T" }, { name: "update", dtype: "T" }, ...SLICE_BOUNDS],
   domains: { T: ANY17, U: IDX17 },
   infer(a) {
     const x = a.type("x");
@@ -538,17 +531,28 @@ function checkIndex(a: OpArgs, v: number, dim: number): number {
   return i;
 }
 
+/** gather's and gather_along_axis's inputs: x, the indices, a const axis, `extra`, validate_indices. */
+function gatherParams(...extra: ParamDef[]): ParamDef[] {
+  return [
+    { name: "x", dtype: "T" },
+    { name: "indices", dtype: "I" },
+    { name: "axis", dtype: I32, const: true, optional: true, default: () => lit.i32(0) },
+    ...extra,
+    { name: "validate_indices", dtype: BOOL, const: true, optional: true, default: () => lit.bool(false) },
+  ];
+}
+
 const gather: OpDef = {
   type: "gather",
   version: "iOS17",
   available: "iOS15",
-  params: [
-    { name: "x", dtype: "T" },
-    { name: "indices", dtype: "I" },
-    { name: "axis", dtype: I32, const: true, optional: true, default: () => lit.i32(0) },
-    { name: "batch_dims", dtype: I32, const: true, optional: true, default: () => lit.i32(0) },
-    { name: "validate_indices", dtype: BOOL, const: true, optional: true, default: () => lit.bool(false) },
-  ],
+  params: gatherParams({
+    name: "batch_dims",
+    dtype: I32,
+    const: true,
+    optional: true,
+    default: () => lit.i32(0),
+  }),
   domains: { T: GATHER_T, I: GATHER_I },
   infer(a) {
     const x = a.type("x");
@@ -604,12 +608,7 @@ const gatherAlongAxis: OpDef = {
   type: "gather_along_axis",
   version: "iOS17",
   available: "iOS15",
-  params: [
-    { name: "x", dtype: "T" },
-    { name: "indices", dtype: "I" },
-    { name: "axis", dtype: I32, const: true, optional: true, default: () => lit.i32(0) },
-    { name: "validate_indices", dtype: BOOL, const: true, optional: true, default: () => lit.bool(false) },
-  ],
+  params: gatherParams(),
   domains: { T: GATHER_T, I: GATHER_I },
   infer(a) {
     const x = a.type("x");

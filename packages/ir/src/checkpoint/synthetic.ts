@@ -2,11 +2,14 @@
  * Synthetic full-size Qwen3.5 checkpoints: the published config of a size with random weights,
  * in the official VL layout (config.json with text_config, `model.language_model.*` tensors in
  * BF16 with F32 `A_log` and GDN `norm.weight`, `lm_head.weight` when untied, an `mtp.*` head and
- * a `model.visual.*` tower, Qwen-style shard names + index). For benchmarks and for exercising
- * the converter at real sizes without downloading anything.
+ * a `model.visual.*` tower, Qwen-style shard names + index). Stand-ins with the real shapes, for
+ * benchmarks and for exercising the converter and the runtimes at real sizes without downloading
+ * anything; their output is noise.
  *
- * Config values: see shared/reference/qwen35-architecture.md §1 (published configs). The vision
- * tower is shape-plausible only (0.8B's published depth/width for every size); nothing reads it.
+ * Config values: the published configs (Qwen's config.json files; per-size hidden size, layers,
+ * heads, FFN and tying as their model cards give them). The text model's tensors are the
+ * parameter table's (params.ts). The vision tower is shape-plausible only (0.8B's published
+ * depth and width for every size); nothing here reads it.
  *
  * Speed: bf16 values come from a 64 Ki-entry table of normal samples indexed by 16-bit chunks of
  * a xorshift32 stream (two values per PRNG step), filled into a reused Uint16Array chunk and
@@ -14,30 +17,20 @@
  * so a tensor's values do not depend on the sharding or the order of writing.
  */
 import { createHash } from "node:crypto";
-import { copyFile, mkdir, readFile, rm, statfs } from "node:fs/promises";
+import { copyFile, mkdir, readdir, readFile, rm, stat, statfs } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { f32ToBf16Bits, InvalidArgumentError } from "@anemll-qwen35/core";
-import {
-  type CheckpointProgress,
-  commitDirectory,
-  hfName,
-  INDEX_FILE,
-  parseQwen35Config,
-  pathExists,
-  type Qwen35Config,
-  type Qwen35Parameter,
-  qwen35Parameters,
-  qwenShardName,
-  ShardedSafetensorsWriter,
-  TEXT_SIDE_FILES,
-  type TensorSpec,
-  tempSiblingPath,
-  writeFileAtomic,
-} from "@anemll-qwen35/ir/checkpoint";
+import { f32ToBf16Bits, InvalidArgumentError, numel } from "@anemll-qwen35/core";
+import { commitDirectory, pathExists, tempSiblingPath, writeFileAtomic } from "./atomic.js";
+import { parseQwen35Config, type Qwen35Config } from "./config.js";
+import { type Qwen35Parameter, qwen35Parameters } from "./params.js";
+import { specByteLength, type TensorSpec } from "./safetensors-writer.js";
+import { INDEX_FILE, qwenShardName, ShardedSafetensorsWriter } from "./sharded.js";
+import { type CheckpointProgress, TEXT_SIDE_FILES } from "./side-files.js";
+import { hfName } from "./weights.js";
 
-export type SyntheticSize = "0.8b" | "2b" | "4b" | "9b" | "35b-a3b";
-export const SYNTHETIC_SIZES: readonly SyntheticSize[] = ["0.8b", "2b", "4b", "9b", "35b-a3b"];
+export type SyntheticSize = "0.8b" | "2b" | "4b" | "9b" | "27b" | "35b-a3b";
+export const SYNTHETIC_SIZES: readonly SyntheticSize[] = ["0.8b", "2b", "4b", "9b", "27b", "35b-a3b"];
 
 interface Geometry {
   hidden: number;
@@ -50,7 +43,7 @@ interface Geometry {
   tied: boolean;
 }
 
-// Per-size values from the reference notes §1 ("Per-size values").
+// Per-size values of the published configs (27B as its model card and third-party copies give it).
 const GEOMETRY: Record<SyntheticSize, Geometry> = {
   "0.8b": {
     hidden: 1024,
@@ -90,6 +83,16 @@ const GEOMETRY: Record<SyntheticSize, Geometry> = {
     gdnValueHeads: 32,
     gdnKeyHeads: 16,
     ffn: 12288,
+    tied: false,
+  },
+  "27b": {
+    hidden: 5120,
+    layers: 64,
+    heads: 24,
+    kvHeads: 4,
+    gdnValueHeads: 48,
+    gdnKeyHeads: 16,
+    ffn: 17408,
     tied: false,
   },
   "35b-a3b": {
@@ -186,6 +189,35 @@ export function publishedConfigJson(size: SyntheticSize): Record<string, unknown
     vision_end_token_id: 248054,
     vision_start_token_id: 248053,
   };
+}
+
+/**
+ * A published size scaled down to fit a small disk: fewer layers (whole DDDA super-blocks) and,
+ * for a mixture of experts, fewer experts; every other dimension (hidden, heads, expert width,
+ * top-k, vocabulary) as published, so one token still does the published per-layer work.
+ */
+export function scaledConfigJson(
+  size: SyntheticSize,
+  o: { layers?: number; experts?: number } = {},
+): Record<string, unknown> {
+  const c = publishedConfigJson(size);
+  const text = { ...(c.text_config as Record<string, unknown>) };
+  const layers = o.layers ?? (text.num_hidden_layers as number);
+  if (!Number.isInteger(layers) || layers < 4 || layers % 4 !== 0)
+    throw new InvalidArgumentError(
+      `layers must be a positive multiple of 4 (whole super-blocks), got ${layers}`,
+    );
+  text.num_hidden_layers = layers;
+  text.layer_types = (text.layer_types as string[]).slice(0, layers);
+  if (o.experts !== undefined) {
+    if (text.num_experts === undefined) throw new InvalidArgumentError(`${size} has no experts to scale`);
+    if (!Number.isInteger(o.experts) || o.experts < (text.num_experts_per_tok as number))
+      throw new InvalidArgumentError(
+        `experts must be an integer ≥ top-k (${text.num_experts_per_tok}), got ${o.experts}`,
+      );
+    text.num_experts = o.experts;
+  }
+  return { ...c, text_config: text };
 }
 
 /** How a tensor's values are drawn. */
@@ -373,33 +405,57 @@ function smallValues(init: Init, n: number, rng: XorShift32): Float32Array {
   return out;
 }
 
-/**
- * A published size scaled down to fit a small disk: fewer layers (whole DDDA super-blocks) and,
- * for a mixture of experts, fewer experts; every other dimension (hidden, heads, expert width,
- * top-k, vocabulary) as published, so one token still does the published per-layer work.
- */
-export function scaledConfigJson(
-  size: SyntheticSize,
-  o: { layers?: number; experts?: number } = {},
-): Record<string, unknown> {
-  const c = publishedConfigJson(size);
-  const text = { ...(c.text_config as Record<string, unknown>) };
-  const layers = o.layers ?? (text.num_hidden_layers as number);
-  if (!Number.isInteger(layers) || layers < 4 || layers % 4 !== 0)
-    throw new InvalidArgumentError(
-      `layers must be a positive multiple of 4 (whole super-blocks), got ${layers}`,
-    );
-  text.num_hidden_layers = layers;
-  text.layer_types = (text.layer_types as string[]).slice(0, layers);
-  if (o.experts !== undefined) {
-    if (text.num_experts === undefined) throw new InvalidArgumentError(`${size} has no experts to scale`);
-    if (!Number.isInteger(o.experts) || o.experts < (text.num_experts_per_tok as number))
-      throw new InvalidArgumentError(
-        `experts must be an integer ≥ top-k (${text.num_experts_per_tok}), got ${o.experts}`,
-      );
-    text.num_experts = o.experts;
-  }
-  return { ...c, text_config: text };
+// --- plan ---------------------------------------------------------------------------------------
+
+/** What a synthetic checkpoint holds, before anything is written. */
+export interface SyntheticPlan {
+  /** The config.json written: the size's published one, or the custom config as given. */
+  readonly configJson: Record<string, unknown>;
+  readonly config: Qwen35Config;
+  /** Every tensor, in the order written. */
+  readonly tensors: readonly TensorSpec[];
+  /**
+   * Parameters: the text model (the real count of the size), the MTP head, the vision tower
+   * (shape-plausible only), and all of them.
+   */
+  readonly parameters: {
+    readonly text: number;
+    readonly mtp: number;
+    readonly vision: number;
+    readonly total: number;
+  };
+  /** Tensor bytes (BF16; F32 for A_log and the GDN norms). */
+  readonly bytes: number;
+}
+
+/** The checkpoint `options` describe (a published size or a custom config), without writing it. */
+export function planSyntheticCheckpoint(
+  options: Pick<SyntheticOptions, "size" | "config" | "vision" | "mtp">,
+): SyntheticPlan {
+  return planOf(options).plan;
+}
+
+function planOf(options: Pick<SyntheticOptions, "size" | "config" | "vision" | "mtp">): {
+  plan: SyntheticPlan;
+  tensors: SyntheticTensor[];
+} {
+  if (!options.config && !options.size)
+    throw new InvalidArgumentError("a synthetic checkpoint needs `size` or `config`");
+  const configJson = options.config ?? publishedConfigJson(options.size!);
+  const tensors = syntheticTensors(configJson, options);
+  const count = (prefix: string) =>
+    tensors.filter((t) => t.name.startsWith(prefix)).reduce((n, t) => n + numel(t.shape), 0);
+  const mtp = count("mtp.");
+  const vision = count("model.visual.");
+  const total = count("");
+  const plan: SyntheticPlan = {
+    configJson,
+    config: parseQwen35Config(configJson),
+    tensors: tensors.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
+    parameters: { text: total - mtp - vision, mtp, vision, total },
+    bytes: tensors.reduce((n, t) => n + specByteLength(t), 0),
+  };
+  return { plan, tensors };
 }
 
 // --- writer -----------------------------------------------------------------------------------
@@ -419,7 +475,13 @@ export interface SyntheticOptions {
   mtp?: boolean;
   /** Shard size limit (default 1 GiB). */
   maxShardBytes?: number;
-  /** Rewrite even if an identical checkpoint exists. */
+  /**
+   * What `out` may already hold and be replaced by a new checkpoint: an earlier synthetic one
+   * ("synthetic", the default: a cache of stand-ins) or nothing ("empty": only a missing or empty
+   * folder). A checkpoint identical to the one asked for is kept either way (nothing is written).
+   */
+  replace?: "synthetic" | "empty";
+  /** Replace whatever `out` holds, and rewrite even an identical checkpoint. */
   force?: boolean;
   onProgress?: (p: CheckpointProgress) => void;
   signal?: AbortSignal;
@@ -435,7 +497,8 @@ export interface SyntheticResult {
   seconds: number;
 }
 
-export const STAMP_FILE = "anemll-synthetic.json";
+/** The file that marks a folder as a synthetic checkpoint and records how it was made. */
+export const SYNTHETIC_STAMP_FILE = "anemll-synthetic.json";
 const GENERATOR_VERSION = 1;
 
 /** `$ANEMLL_QWEN35_CACHE/synthetic/<name>`, else `~/.cache/anemll-qwen35/synthetic/<name>`. */
@@ -450,22 +513,33 @@ async function sha256File(path: string): Promise<string> {
     .digest("hex");
 }
 
+/** Throws unless `dir` may be replaced (see SyntheticOptions.replace); true when it holds exactly `stampText`. */
+async function checkTarget(dir: string, stampText: string, o: SyntheticOptions): Promise<boolean> {
+  const info = await stat(dir).catch(() => undefined);
+  if (info && !info.isDirectory()) throw new InvalidArgumentError(`${dir} is a file, not a folder`);
+  const names = info ? await readdir(dir) : [];
+  const stamped = names.includes(SYNTHETIC_STAMP_FILE);
+  const stamp = stamped ? await readFile(join(dir, SYNTHETIC_STAMP_FILE), "utf8") : undefined;
+  if (stamp === stampText && names.includes(INDEX_FILE) && !o.force) return true;
+  if (names.length === 0 || o.force || (stamped && (o.replace ?? "synthetic") === "synthetic")) return false;
+  const what = stamped ? "holds another synthetic checkpoint" : `is not empty (${names.length} entries)`;
+  throw new InvalidArgumentError(
+    `${dir} ${what}; choose a new or empty folder, or pass --force to replace it`,
+  );
+}
+
 /**
- * Writes a random-weight checkpoint (atomically: temp folder, then rename) unless the folder
- * already holds one with the same stamp (config, seed, options, tokenizer files).
+ * Writes a random-weight checkpoint atomically (temp folder, then rename), unless the folder
+ * already holds one with the same stamp (config, seed, options, tokenizer files); what else the
+ * folder may hold and be replaced is `options.replace`'s.
  */
 export async function writeSyntheticCheckpoint(options: SyntheticOptions): Promise<SyntheticResult> {
   const started = performance.now();
   const { signal, onProgress } = options;
-  if (!options.config && !options.size)
-    throw new InvalidArgumentError("writeSyntheticCheckpoint needs `size` or `config`");
-  const configJson = options.config ?? publishedConfigJson(options.size!);
+  const { plan, tensors } = planOf(options);
+  const { configJson, bytes: totalBytes } = plan;
   const dir = options.out ?? defaultSyntheticDir(options.size ?? "custom");
   const seed = options.seed ?? 0;
-  const tensors = syntheticTensors(configJson, options);
-  const specs: TensorSpec[] = tensors.map(({ name, dtype, shape }) => ({ name, dtype, shape }));
-  const byteLength = (t: TensorSpec) => t.shape.reduce((a, b) => a * b, 1) * (t.dtype === "f32" ? 4 : 2);
-  const totalBytes = tensors.reduce((n, t) => n + byteLength(t), 0);
 
   const tokenizerFiles: { name: string; sha256: string }[] = [];
   if (options.tokenizerDir) {
@@ -486,11 +560,8 @@ export async function writeSyntheticCheckpoint(options: SyntheticOptions): Promi
     tokenizerFiles,
   };
   const stampText = `${JSON.stringify(stamp, null, 2)}\n`;
-  const stampPath = join(dir, STAMP_FILE);
-  if (!options.force && (await pathExists(join(dir, INDEX_FILE))) && (await pathExists(stampPath))) {
-    if ((await readFile(stampPath, "utf8")) === stampText) {
-      return { dir, skipped: true, tensors: tensors.length, bytes: totalBytes, files: [], seconds: 0 };
-    }
+  if (await checkTarget(dir, stampText, options)) {
+    return { dir, skipped: true, tensors: tensors.length, bytes: totalBytes, files: [], seconds: 0 };
   }
 
   const tmp = tempSiblingPath(dir);
@@ -502,13 +573,15 @@ export async function writeSyntheticCheckpoint(options: SyntheticOptions): Promi
         `not enough disk space for a ${(totalBytes / 1e9).toFixed(1)} GB checkpoint in ${dir} (${((bavail * bsize) / 1e9).toFixed(1)} GB free)`,
       );
     }
-    const writer = await ShardedSafetensorsWriter.create(tmp, specs, {
+    const writer = await ShardedSafetensorsWriter.create(tmp, plan.tensors, {
       metadata: { format: "pt" },
       maxShardBytes: stamp.maxShardBytes,
       shardName: qwenShardName,
       fsync: false, // the commit rename below is what makes it visible; a crash leaves only the temp folder
     });
     let bytes = 0;
+    const progress = (tensor: string) =>
+      onProgress?.({ stage: "tensors", tensor, bytes, totalBytes, fraction: bytes / totalBytes });
     try {
       const CHUNK = 8 << 20; // elements per chunk (16 MiB of bf16)
       const buffers = [new Uint16Array(CHUNK), new Uint16Array(CHUNK)];
@@ -516,7 +589,7 @@ export async function writeSyntheticCheckpoint(options: SyntheticOptions): Promi
       let which = 0;
       for (const t of tensors) {
         signal?.throwIfAborted();
-        const n = t.shape.reduce((a, b) => a * b, 1);
+        const n = numel(t.shape);
         const rng = new XorShift32(seedFor(seed, t.name));
         if (t.dtype === "bf16" && t.init.kind === "normal") {
           const table = bf16NormalTable(t.init.mean, t.init.std);
@@ -527,16 +600,9 @@ export async function writeSyntheticCheckpoint(options: SyntheticOptions): Promi
             which ^= 1;
             state = fillBf16(buf, m, table, state);
             await pending; // the other buffer's write must finish before it is reused next round
-            const bytesView = new Uint8Array(buf.buffer, 0, m * 2);
-            pending = writer.writeBytes(t.name, bytesView);
+            pending = writer.writeBytes(t.name, new Uint8Array(buf.buffer, 0, m * 2));
             bytes += m * 2;
-            onProgress?.({
-              stage: "tensors",
-              tensor: t.name,
-              bytes,
-              totalBytes,
-              fraction: bytes / totalBytes,
-            });
+            progress(t.name);
           }
         } else {
           await pending;
@@ -547,7 +613,7 @@ export async function writeSyntheticCheckpoint(options: SyntheticOptions): Promi
               : new Uint8Array(Uint16Array.from(values, f32ToBf16Bits).buffer);
           pending = writer.writeBytes(t.name, data);
           bytes += data.byteLength;
-          onProgress?.({ stage: "tensors", tensor: t.name, bytes, totalBytes, fraction: bytes / totalBytes });
+          progress(t.name);
         }
       }
       await pending;
@@ -560,7 +626,7 @@ export async function writeSyntheticCheckpoint(options: SyntheticOptions): Promi
     onProgress?.({ stage: "files", bytes, totalBytes, fraction: 1 });
     await writeFileAtomic(join(tmp, "config.json"), `${JSON.stringify(configJson, null, 2)}\n`);
     for (const { name } of tokenizerFiles) await copyFile(join(options.tokenizerDir!, name), join(tmp, name));
-    await writeFileAtomic(join(tmp, STAMP_FILE), stampText);
+    await writeFileAtomic(join(tmp, SYNTHETIC_STAMP_FILE), stampText);
     signal?.throwIfAborted();
     onProgress?.({ stage: "commit", bytes, totalBytes, fraction: 1 });
     await commitDirectory(tmp, dir, true);

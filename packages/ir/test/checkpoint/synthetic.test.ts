@@ -1,29 +1,28 @@
 import { readFileSync } from "node:fs";
-import { readFile, stat } from "node:fs/promises";
+import { mkdir, readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { numel, tensorToFloat32 } from "@anemll-qwen35/core";
-import {
-  INDEX_FILE,
-  parameterCounts,
-  parseQwen35Config,
-  Qwen35Checkpoint,
-  SafetensorsCheckpoint,
-} from "@anemll-qwen35/ir/checkpoint";
 import { describe, expect, it } from "vitest";
 import {
   defaultSyntheticDir,
+  INDEX_FILE,
+  parameterCounts,
+  parseQwen35Config,
+  planSyntheticCheckpoint,
   publishedConfigJson,
+  Qwen35Checkpoint,
+  SafetensorsCheckpoint,
   SYNTHETIC_SIZES,
+  type SyntheticSize,
   syntheticTensors,
-  tinyConfigJson,
   writeSyntheticCheckpoint,
-} from "../src/index.js";
-import { listDir, tempDir } from "../src/temp.js";
+} from "../../src/checkpoint/index.js";
+import { listDir, tempDir, tinyConfigJson } from "./helpers.js";
 
 // the published configs, as kept by ir's config tests
-const DATA = fileURLToPath(new URL("../../ir/test/checkpoint/data/", import.meta.url));
-const TEST_DATA: Record<string, string> = {
+const DATA = fileURLToPath(new URL("./data/", import.meta.url));
+const TEST_DATA: Partial<Record<SyntheticSize, string>> = {
   "0.8b": "qwen3.5-0.8b.config.json",
   "2b": "qwen3.5-2b.config.json",
   "4b": "qwen3.5-4b.text-config.json",
@@ -37,11 +36,71 @@ const stats = (x: Float32Array) => {
   return { mean, std };
 };
 
+/**
+ * Per-size values of the published models (hidden, layers, q/kv heads, GDN v/qk heads, FFN, tied),
+ * copied from Qwen's model cards and configs independently of the writer's table.
+ */
+const PUBLISHED: Record<
+  SyntheticSize,
+  [number, number, number, number, number, number, number | string, boolean]
+> = {
+  "0.8b": [1024, 24, 8, 2, 16, 16, 3584, true],
+  "2b": [2048, 24, 8, 2, 16, 16, 6144, true],
+  "4b": [2560, 32, 16, 4, 32, 16, 9216, true],
+  "9b": [4096, 32, 16, 4, 32, 16, 12288, false],
+  "27b": [5120, 64, 24, 4, 48, 16, 17408, false],
+  "35b-a3b": [2048, 40, 16, 2, 32, 16, "moe 256x512 top-8, shared 512", false],
+};
+
 describe("published configs of the synthetic generator", () => {
   for (const size of SYNTHETIC_SIZES) {
+    it(`${size}: the published geometry, and the tensor shapes that follow from it`, () => {
+      const [D, L, H, Hkv, Hv, Hk, ffn, tied] = PUBLISHED[size];
+      const c = parseQwen35Config(publishedConfigJson(size));
+      expect([c.hiddenSize, c.numHiddenLayers, c.numAttentionHeads, c.numKeyValueHeads]).toEqual([
+        D,
+        L,
+        H,
+        Hkv,
+      ]);
+      expect([c.linearNumValueHeads, c.linearNumKeyHeads, c.tieWordEmbeddings]).toEqual([Hv, Hk, tied]);
+      expect(
+        c.moe
+          ? `moe ${c.moe.numExperts}x${c.moe.moeIntermediateSize} top-${c.moe.numExpertsPerTok}, shared ${c.moe.sharedExpertIntermediateSize}`
+          : c.intermediateSize,
+      ).toEqual(ffn);
+      expect(c.layerTypes.filter((t) => t === "full_attention").length).toBe(L / 4);
+      const shapes = new Map(syntheticTensors(publishedConfigJson(size)).map((t) => [t.name, t.shape]));
+      const p = "model.language_model.layers.";
+      const convDim = 2 * Hk * 128 + Hv * 128;
+      expect(shapes.get(`${p}3.self_attn.q_proj.weight`)).toEqual([2 * H * 256, D]);
+      expect(shapes.get(`${p}3.self_attn.k_proj.weight`)).toEqual([Hkv * 256, D]);
+      expect(shapes.get(`${p}3.self_attn.o_proj.weight`)).toEqual([D, H * 256]);
+      expect(shapes.get(`${p}0.linear_attn.in_proj_qkv.weight`)).toEqual([convDim, D]);
+      expect(shapes.get(`${p}0.linear_attn.conv1d.weight`)).toEqual([convDim, 1, 4]);
+      expect(shapes.get(`${p}0.linear_attn.in_proj_z.weight`)).toEqual([Hv * 128, D]);
+      expect(shapes.get(`${p}0.linear_attn.A_log`)).toEqual([Hv]);
+      expect(shapes.get(`${p}0.linear_attn.out_proj.weight`)).toEqual([D, Hv * 128]);
+      expect(shapes.get("model.language_model.embed_tokens.weight")).toEqual([248320, D]);
+      expect(shapes.get("lm_head.weight")).toEqual(tied ? undefined : [248320, D]);
+      if (typeof ffn === "number") expect(shapes.get(`${p}0.mlp.down_proj.weight`)).toEqual([D, ffn]);
+      expect(shapes.has(`${p}${L - 1}.self_attn.q_proj.weight`)).toBe(true);
+      expect(shapes.has(`${p}${L}.input_layernorm.weight`)).toBe(false);
+    });
+  }
+
+  it("conv_dim per size: 6144 (0.8B/2B), 8192 (4B/9B/35B), 10240 (27B)", () => {
+    const convDim = (size: SyntheticSize) =>
+      syntheticTensors(publishedConfigJson(size)).find((t) =>
+        t.name.endsWith("layers.0.linear_attn.conv1d.weight"),
+      )!.shape[0];
+    expect(SYNTHETIC_SIZES.map(convDim)).toEqual([6144, 6144, 8192, 8192, 10240, 8192]);
+  });
+
+  for (const size of SYNTHETIC_SIZES.filter((s) => TEST_DATA[s])) {
     it(`${size}: same text model as the test-data config (written separately from the reference)`, () => {
       const ours = parseQwen35Config(publishedConfigJson(size));
-      const data = parseQwen35Config(JSON.parse(readFileSync(join(DATA, TEST_DATA[size]), "utf8")));
+      const data = parseQwen35Config(JSON.parse(readFileSync(join(DATA, TEST_DATA[size]!), "utf8")));
       expect(ours.source.layout).toBe("vl");
       expect(parameterCounts(ours)).toEqual(parameterCounts(data));
       expect(ours.layerTypes).toEqual(data.layerTypes);
@@ -60,6 +119,20 @@ describe("published configs of the synthetic generator", () => {
     expect(specs.some((s) => s.name.startsWith("mtp.layers.0.self_attn.q_proj"))).toBe(true);
     const text = specs.filter((s) => s.name.startsWith("model.language_model."));
     expect(text.reduce((n, s) => n + numel(s.shape), 0)).toBe(752_393_024);
+  });
+
+  it("plans: parameters by part and bytes; 9B's text model is its published 8.95 B", () => {
+    const plan = planSyntheticCheckpoint({ size: "9b" });
+    expect(plan.parameters.text).toBe(parameterCounts(plan.config).total);
+    expect(plan.parameters.text).toBe(8_953_803_264);
+    expect(plan.parameters.total).toBe(plan.parameters.text + plan.parameters.mtp + plan.parameters.vision);
+    expect(plan.bytes).toBe(
+      plan.tensors.reduce((n, t) => n + numel(t.shape) * (t.dtype === "f32" ? 4 : 2), 0),
+    );
+    const text = planSyntheticCheckpoint({ size: "27b", vision: false, mtp: false });
+    expect(text.parameters).toMatchObject({ mtp: 0, vision: 0 });
+    expect(text.parameters.text / 1e9).toBeGreaterThan(26);
+    expect(text.parameters.text / 1e9).toBeLessThan(28);
   });
 
   it("35B-A3B: fused experts in the main layers, per-expert in the MTP head, lm_head present", () => {
@@ -142,6 +215,36 @@ describe("writeSyntheticCheckpoint", () => {
     const name = "model.language_model.embed_tokens.weight";
     expect(await cc.readBytes(name)).not.toEqual(await cb.readBytes(name));
     expect((await listDir(dir)).sort()).toEqual(["a", "b"]);
+  });
+
+  it("replaces only an empty folder or an earlier synthetic checkpoint, unless forced", async () => {
+    const dir = await tempDir();
+    const cfg = tinyConfigJson();
+    const foreign = join(dir, "foreign");
+    await mkdir(foreign);
+    await writeFile(join(foreign, "notes.txt"), "mine");
+    await expect(writeSyntheticCheckpoint({ config: cfg, out: foreign })).rejects.toThrow(
+      /foreign is not empty \(1 entries\).*--force/,
+    );
+    expect(await readFile(join(foreign, "notes.txt"), "utf8")).toBe("mine");
+    const ours = join(dir, "ours");
+    await writeSyntheticCheckpoint({ config: cfg, out: ours, seed: 1 });
+    // "empty": an earlier synthetic checkpoint is kept too; the identical one is still a no-op
+    await expect(
+      writeSyntheticCheckpoint({ config: cfg, out: ours, seed: 2, replace: "empty" }),
+    ).rejects.toThrow(/holds another synthetic checkpoint/);
+    expect(
+      (await writeSyntheticCheckpoint({ config: cfg, out: ours, seed: 1, replace: "empty" })).skipped,
+    ).toBe(true);
+    expect((await writeSyntheticCheckpoint({ config: cfg, out: ours, seed: 2 })).skipped).toBe(false);
+    const forced = await writeSyntheticCheckpoint({ config: cfg, out: foreign, force: true });
+    expect(forced.skipped).toBe(false);
+    expect(await listDir(foreign)).not.toContain("notes.txt");
+    const file = join(dir, "file");
+    await writeFile(file, "x");
+    await expect(writeSyntheticCheckpoint({ config: cfg, out: file, force: true })).rejects.toThrow(
+      /is a file/,
+    );
   });
 
   it("an abort leaves no folder behind", async () => {

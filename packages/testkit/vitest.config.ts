@@ -1,3 +1,0 @@
-import { packageTests } from "../../vitest.base.ts";
-
-export default packageTests();
