@@ -107,7 +107,7 @@ def new_head(trunk) -> MtpHead:
     torch.manual_seed(SEED)
     head = MtpHead(trunk.config).float()
     with torch.no_grad():
-        for name, p in head.named_parameters():
+        for p in head.parameters():
             if p.ndim >= 2:
                 p.normal_(0.0, INIT_STD)
             else:
