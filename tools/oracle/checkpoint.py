@@ -326,24 +326,31 @@ def to_torch(arr: np.ndarray, dtype: str) -> torch.Tensor:
     return t.to(torch.bfloat16) if dtype == "bf16" else t.clone()
 
 
-def write_sharded(tensors: dict[str, tuple[np.ndarray, str]], out_dir: Path) -> dict[str, torch.Tensor]:
+def write_sharded(
+    tensors: dict[str, tuple[np.ndarray, str]], out_dir: Path, last_shard_prefix: str | None = None
+) -> dict[str, torch.Tensor]:
     """Write two shards plus the index; returns the stored tensors by name.
 
     Tensors keep their insertion order (language model first, then lm_head, visual, mtp); the
-    first shard takes tensors until it holds about half of the bytes.
+    first shard takes tensors until it holds about half of the bytes. With `last_shard_prefix`,
+    tensors whose names start with it go to the last shard and are left out of that count, so
+    adding them (the trained MTP head) leaves the first shard's bytes as they were.
     """
     stored = {name: to_torch(arr, dt) for name, (arr, dt) in tensors.items()}
-    total = sum(t.numel() * t.element_size() for t in stored.values())
+    tail = lambda name: last_shard_prefix is not None and name.startswith(last_shard_prefix)  # noqa: E731
+    nbytes = lambda t: t.numel() * t.element_size()  # noqa: E731
+    total = sum(nbytes(t) for name, t in stored.items() if not tail(name))
     shards: list[dict[str, torch.Tensor]] = [{}, {}]
     acc = 0
     for name, t in stored.items():
-        k = 0 if acc < total / 2 else 1
+        k = 1 if tail(name) or acc >= total / 2 else 0
         shards[k][name] = t
-        acc += t.numel() * t.element_size()
+        if not tail(name):
+            acc += nbytes(t)
     weight_map: dict[str, str] = {}
     for shard, fname in zip(shards, SHARD_NAMES):
         save_file(shard, str(out_dir / fname), metadata={"format": "pt"})
         weight_map.update({name: fname for name in shard})
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    index = {"metadata": {"total_size": sum(nbytes(t) for t in stored.values())}, "weight_map": dict(sorted(weight_map.items()))}
     write_json(out_dir / INDEX_NAME, index)
     return stored

@@ -50,9 +50,12 @@ from safetensors.torch import save_file as save_torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import checkpoint as ck  # noqa: E402
 import corpus_kjv  # noqa: E402
+import fit  # noqa: E402
 import make_fixtures as mf  # noqa: E402
 import make_tokenizer as mt  # noqa: E402
 import oracle_hf  # noqa: E402
+import oracle_mtp  # noqa: E402
+import train_mtp  # noqa: E402
 from files import write_atomic, write_json  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -69,12 +72,7 @@ THREADS = 1  # one thread: reproducible reductions, and far faster than two on a
 SEQ = 256  # tokens per training window
 BATCH = 16  # windows per step (4,096 tokens)
 STEPS = 600  # about 2.5 M tokens, 2.4 passes over the 1.0 M-token training stream
-PEAK_LR = 2e-3
-WARMUP = 30
-FINAL_LR_FRACTION = 0.1
-WEIGHT_DECAY = 0.1
-CLIP = 1.0
-EVAL_EVERY = 50
+EVAL_EVERY = fit.EVAL_EVERY
 BENCH_TOKENS = 513  # held-out tokens for the quantization benchmark: 512 teacher-forced positions
 
 # Raw-text golden prompts, tried in order, then the first four words of every 250th training verse;
@@ -135,17 +133,10 @@ def new_model(build: Path) -> torch.nn.Module:
 def settings(steps: int) -> dict:
     return {
         "seed": SEED, "threads": THREADS, "steps": steps, "batch": BATCH, "seq": SEQ,
-        "optimizer": "AdamW(betas=(0.9, 0.95), eps=1e-8), weight decay on matrices only",
-        "peak_lr": PEAK_LR, "warmup": WARMUP, "final_lr_fraction": FINAL_LR_FRACTION,
-        "weight_decay": WEIGHT_DECAY, "clip": CLIP, "bpe_size": BPE_SIZE,
+        "optimizer": fit.OPTIMIZER,
+        "peak_lr": fit.PEAK_LR, "warmup": fit.WARMUP, "final_lr_fraction": fit.FINAL_LR_FRACTION,
+        "weight_decay": fit.WEIGHT_DECAY, "clip": fit.CLIP, "bpe_size": BPE_SIZE,
     }
-
-
-def lr_at(step: int, steps: int) -> float:
-    if step < WARMUP:
-        return PEAK_LR * (step + 1) / WARMUP
-    t = (step - WARMUP) / max(1, steps - WARMUP)
-    return PEAK_LR * (FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
 def heldout_loss(model: torch.nn.Module, ids: np.ndarray) -> float:
@@ -166,42 +157,17 @@ def heldout_loss(model: torch.nn.Module, ids: np.ndarray) -> float:
 
 
 def train(model: torch.nn.Module, train_ids: np.ndarray, held_ids: np.ndarray, steps: int) -> dict:
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=PEAK_LR,
-        betas=(0.9, 0.95),
-        eps=1e-8,
-    )
     rng = np.random.default_rng(SEED)
     stream = torch.from_numpy(train_ids).long()
-    curve: list[float] = []
-    evals: list[dict] = [{"step": 0, "loss": round(heldout_loss(model, held_ids), 4)}]
-    log(f"train: step 0 held-out loss {evals[0]['loss']}")
-    model.train()
-    started = time.perf_counter()
-    for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps)
+
+    def step_loss() -> torch.Tensor:
         starts = rng.integers(0, len(stream) - SEQ - 1, size=BATCH)
         x = torch.stack([stream[s : s + SEQ + 1] for s in starts])
         logits = model(input_ids=x[:, :-1], use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        opt.step()
-        curve.append(round(loss.item(), 4))
-        done = step + 1
-        if done % EVAL_EVERY == 0 or done == steps:
-            evals.append({"step": done, "loss": round(heldout_loss(model, held_ids), 4)})
-            el = time.perf_counter() - started
-            log(
-                f"train: step {done}/{steps} loss {np.mean(curve[-EVAL_EVERY:]):.3f} held-out {evals[-1]['loss']:.3f}"
-                f" lr {lr_at(step, steps):.2e} {done * BATCH * SEQ / el:.0f} tok/s {el / 60:.1f} min"
-            )
-    return {"train_loss": curve, "heldout_loss": evals, "seconds": time.perf_counter() - started}
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+
+    model.train()
+    return fit.fit(list(model.parameters()), step_loss, lambda: heldout_loss(model, held_ids), steps, BATCH * SEQ, "train")
 
 
 def trained_or_cached(model: torch.nn.Module, build: Path, train_ids, held_ids, steps: int) -> dict:
@@ -245,7 +211,7 @@ def corpus_words(text: str) -> list[str]:
     return sorted({w.lower() for w in re.findall(r"[A-Za-z]+", text)})
 
 
-def loss_svg(curve: list[float], evals: list[dict]) -> str:
+def loss_svg(curve: list[float], evals: list[dict], title: str = f"{NAME}: cross-entropy (nats/token)") -> str:
     """A plain SVG line chart of the training loss (mean of each 10 steps) and the held-out loss.
     Hand-written: one chart does not justify adding a plotting library to the pinned venv."""
     w, h, left, right, top, bottom = 720, 400, 60, 20, 30, 50
@@ -260,7 +226,7 @@ def loss_svg(curve: list[float], evals: list[dict]) -> str:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
         f'<rect width="{w}" height="{h}" fill="white"/>',
-        f'<text x="{w / 2}" y="18" text-anchor="middle" font-size="14">{NAME}: cross-entropy (nats/token)</text>',
+        f'<text x="{w / 2}" y="18" text-anchor="middle" font-size="14">{title}</text>',
     ]
     for y in range(ymin, ymax + 1):
         parts.append(f'<line x1="{left}" x2="{w - right}" y1="{sy(y):.1f}" y2="{sy(y):.1f}" stroke="#ddd"/>')
@@ -309,10 +275,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--out", type=Path, default=None, help="a trial run: write here instead of fixtures/tiny-trained")
+    ap.add_argument("--mtp-steps", type=int, default=train_mtp.STEPS)
+    ap.add_argument(
+        "--mtp-only", action="store_true",
+        help="train only the MTP head, on the committed fixtures/tiny-trained trunk (its other files are kept)",
+    )
     args = ap.parse_args()
     seed_everything()
     transformers.utils.logging.disable_progress_bar()
     oracle_hf.assert_reference_kernels()
+    if args.mtp_only:
+        mtp_only(args)
+        return
 
     train_verses, held_verses = corpus_kjv.split()
     train_text, held_text = corpus_kjv.as_text(train_verses), corpus_kjv.as_text(held_verses)
@@ -376,17 +350,194 @@ def main() -> None:
         write_json(build / "training.json", training)
         write_atomic(build / "loss.svg", loss_svg(result["train_loss"], result["heldout_loss"]).encode("utf-8"))
         header = {"training": {k: training[k] for k in ("corpus", "model", "settings", "final")}}
-        mf.write_goldens(build, SPEC, DESCRIPTION, header, tok_hf(build), prompt, hf)
-        if args.out:
-            if args.out.exists():
-                shutil.rmtree(args.out)
-            shutil.move(str(build), str(args.out))
-        else:
-            mf.install(build, NAME)
+        golden = mf.write_goldens(build, SPEC, DESCRIPTION, header, tok_hf(build), prompt, hf)
+        add_mtp_head(build, tok, train_ids, held_ids, training, golden, args.mtp_steps)
+        finish(build, args.out)
         log(f"train_tiny: done -> {args.out or mf.FIXTURES / NAME}")
     finally:
         if build.exists():
             shutil.rmtree(build)
+
+
+def layout_order(vocab: int) -> list[str]:
+    """Checkpoint order of the text model and the vision extras (the MTP head follows them)."""
+    extras = [n for n in ck.draw_extras(SEED, SPEC.hidden) if not n.startswith("mtp.")]
+    return [*ck.draw_language_model(SPEC, vocab, 0, ck.Scales()), *extras]
+
+
+def read_stored(build: Path) -> dict[str, torch.Tensor]:
+    stored: dict[str, torch.Tensor] = {}
+    for name in ck.SHARD_NAMES:
+        stored.update(load_torch(str(build / name)))
+    return stored
+
+
+def max_abs(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+
+
+def check_against_training(trunk, head, gold: dict[str, np.ndarray]) -> dict:
+    """The oracle's goldens vs the training code's whole-sequence forward on the same inputs."""
+    out = {}
+    for key in ("golden", "heldout"):
+        ids = gold[f"{key}_ids"].tolist()
+        hidden = gold[f"{key}_hidden"]
+        logits, mtp_hidden = train_mtp.training_logits(trunk, head, hidden, ids[1 : len(hidden) + 1])
+        worst = max(max_abs(logits, gold[f"{key}_logits"]), max_abs(mtp_hidden, gold[f"{key}_mtp_hidden"]))
+        for i, t in enumerate(gold[f"{key}_draft_positions"].tolist()):
+            d = train_mtp.training_draft(trunk, head, hidden, ids, t, oracle_mtp.DRAFT_STEPS)
+            if d["ids"] != gold[f"{key}_draft_ids"][i].tolist():
+                raise SystemExit(f"train_tiny: {key} draft from {t}: training {d['ids']} vs oracle {gold[f'{key}_draft_ids'][i]}")
+            worst = max(worst, max_abs(d["logits"], gold[f"{key}_draft_logits"][i]), max_abs(d["hidden"], gold[f"{key}_draft_hidden"][i]))
+        out[key] = float(f"{worst:.3e}")
+        log(f"mtp: oracle vs training forward, {key}: max |d| {worst:.3e} (logits, head hidden, drafts)")
+    if max(out.values()) > MAX_MTP_ORACLE_DIFF:
+        raise SystemExit(f"train_tiny: the MTP oracle and the training forward differ by {max(out.values()):.3e} > {MAX_MTP_ORACLE_DIFF}")
+    out["tolerance"] = MAX_MTP_ORACLE_DIFF
+    return out
+
+
+MAX_MTP_ORACLE_DIFF = 1e-4  # both fp32; the same math in another order (measured: see golden-mtp.json)
+
+MTP_FACTS = {
+    "hidden_input": "the main model's final hidden state at position t, AFTER model.norm (what lm_head scores)",
+    "fc_input": "concat([pre_fc_norm_embedding(embed[token t+1]), pre_fc_norm_hidden(hidden_t)]): embedding first",
+    "fc": "mtp.fc.weight [D, 2D], no bias",
+    "layer": "mtp.layers.0: a full-attention decoder layer like the main model's (gated attention, q/k norms, "
+    "partial RoPE, SwiGLU MLP, two zero-centred pre-norms), with its own KV cache",
+    "positions": "the head's entry for (hidden_t, token t+1) sits at RoPE position t and cache slot t (vLLM: the "
+    "target positions); it attends over slots 0..t",
+    "output": "out = mtp.norm(layer output); logits = lm_head(out), the main model's lm_head (tied here)",
+    "recursion": "draft step s > 0 feeds (out of step s-1, its greedy token) at position t+s",
+    "norms": "all four mtp norms and the layer's norms are zero-centred: x / rms(x) * (1 + w), eps 1e-6",
+    "embedding": "the main model's embed_tokens (mtp_use_dedicated_embeddings: false)",
+}
+
+
+def add_mtp_head(build: Path, tok, train_ids, held_ids, training: dict, golden: dict, steps: int) -> None:
+    """Train the MTP head on the trunk stored in `build`, rewrite the two shards and the index with
+    it (the text model's tensors and the first shard unchanged), then write training.json's `mtp`
+    record, loss-mtp.svg and the goldens of the independent oracle (golden-mtp.safetensors/.json)."""
+    stored = read_stored(build)
+    trunk = oracle_hf.load_model(build, False, stored)
+    head, result = train_mtp.trained_or_cached(trunk, stored, train_ids, held_ids, steps, NAME)
+    tensors = {n: (stored[n].float().numpy(), "bf16" if stored[n].dtype == torch.bfloat16 else "f32")
+               for n in layout_order(ck.padded_vocab(tok.get_vocab_size()))}
+    tensors.update(train_mtp.checkpoint_tensors(head))
+    before = stored
+    stored = ck.write_sharded(tensors, build, last_shard_prefix="mtp.")
+    changed = [n for n in before if not n.startswith("mtp.") and not torch.equal(before[n], stored[n])]
+    if changed or set(before) - set(stored):
+        raise SystemExit(f"train_tiny: rewriting the shards changed {changed or sorted(set(before) - set(stored))}")
+    head = train_mtp.load_stored(head, stored)  # everything below uses the head as stored (BF16)
+
+    final = train_mtp.teacher_forced(trunk, head, held_ids)
+    log(f"mtp: held-out (teacher-forced) {final}")
+    golden_ids = [*golden["prompt"]["ids"], *golden["generated_ids"]]
+    n_prompt = golden["n_prompt_tokens"]
+    verses = (build / "heldout.txt").read_text(encoding="utf-8").splitlines()
+    prompts = [tok.encode(v, add_special_tokens=False).ids for v in verses]
+    gold, acceptance, _ = oracle_mtp.goldens(build, stored, golden_ids, n_prompt, [int(i) for i in held_ids], prompts)
+    log(f"mtp: acceptance on {corpus_kjv.HELD_OUT_BOOK}: {acceptance}")
+    check = check_against_training(trunk, head, gold)
+
+    record = train_mtp.record(result, steps, train_mtp.parameters(head), final)
+    record["acceptance"] = acceptance
+    record["oracle_vs_training_max_abs"] = check
+    training["mtp"] = record
+    write_json(build / "training.json", training)
+    write_atomic(
+        build / "loss-mtp.svg",
+        loss_svg(result["train_loss"], result["heldout_loss"], f"{NAME} MTP head: next-next-token cross-entropy").encode("utf-8"),
+    )
+    save_numpy(gold, str(build / "golden-mtp.safetensors"), metadata={"format": "np"})
+    write_json(build / "golden-mtp.json", {
+        "fixture": NAME,
+        "description": "MTP head goldens from tools/oracle/oracle_mtp.py (an fp32 forward with an explicit KV cache); "
+        "main-model hidden states from HF fp32",
+        "architecture": MTP_FACTS,
+        "golden": {"n_prompt_tokens": n_prompt, "ids": golden_ids,
+                   "draft_positions": gold["golden_draft_positions"].tolist(), "draft_ids": gold["golden_draft_ids"].tolist()},
+        "heldout": {"positions": oracle_mtp.HELDOUT_POSITIONS, "draft_positions": list(oracle_mtp.HELDOUT_DRAFTS),
+                    "draft_ids": gold["heldout_draft_ids"].tolist()},
+        "acceptance": acceptance,
+        "acceptance_protocol": ACCEPTANCE_PROTOCOL,
+        "teacher_forced_heldout": final,
+        "oracle_vs_training_max_abs": check,
+        "conventions": GOLDEN_MTP_KEYS,
+        "versions": mf.versions(),
+    })
+    for f in build.iterdir():
+        f.chmod(0o644)
+
+
+ACCEPTANCE_PROTOCOL = (
+    f"each of the {corpus_kjv.HELD_OUT_BOOK} verses in heldout.txt (tokenized alone) is a prompt; the main model "
+    f"continues it greedily for {oracle_mtp.ACCEPT_TOKENS} tokens (HF fp32, cached, no stop tokens); at every "
+    f"position t from the prompt's last to the one {oracle_mtp.MAX_GAMMA + 1} before the end, the head (its cache "
+    "filled teacher-forced over positions < t) drafts greedily and recursively; with gamma drafts the accepted length "
+    "is the longest prefix equal to the main model's tokens t+2..t+gamma+1; acceptance_rate = mean accepted / gamma, "
+    "tokens_per_verify_call = 1 + mean accepted"
+)
+
+GOLDEN_MTP_KEYS = {
+    "{golden,heldout}_ids": "token ids: golden = golden.json prompt + generated_ids; heldout = the first 129 ids of "
+    "heldout.safetensors",
+    "{golden,heldout}_hidden": "[T, D] the main model's final hidden state (after model.norm; HF fp32, one uncached "
+    "forward over the ids) at positions 0..T-1, T = len(ids) - 1",
+    "{golden,heldout}_logits": "[T, V] the head's logits at position t from (hidden[t], ids[t+1]), teacher-forced with "
+    "its KV cache over positions 0..t; they predict ids[t+2]",
+    "{golden,heldout}_mtp_hidden": "[T, D] the head's output at t (after mtp.norm): what lm_head scores and what a "
+    "recursive draft feeds back",
+    "{golden,heldout}_draft_positions": "[K] start positions t of the stored recursive drafts",
+    "{golden,heldout}_draft_ids / _draft_logits / _draft_hidden": "[K, 3] / [K, 3, V] / [K, 3, D]: step 0 = row t "
+    "of _logits; step s feeds (step s-1's output hidden, step s-1's greedy id) at position t+s; the 2-step draft is "
+    "the first two steps",
+    "ruth_ids / ruth_offsets / ruth_prompt_lengths": "the acceptance run's sequences (prompt + greedy continuation), "
+    "concatenated: sequence i is ruth_ids[offsets[i]:offsets[i+1]], its first prompt_lengths[i] ids the prompt",
+    "ruth_draft_sequence / ruth_draft_positions / ruth_drafts": "[S], [S], [S, 4]: every speculation start "
+    "(sequence, position t) and the head's 4 recursive greedy drafts from it",
+}
+
+
+def mtp_only(args) -> None:
+    """Add (or retrain) the MTP head on the committed fixture's trunk; every other file is kept."""
+    from tokenizers import Tokenizer
+
+    src = mf.FIXTURES / NAME
+    build = mf.FIXTURES / f".build-{NAME}" if args.out is None else args.out.parent / f".build-{args.out.name}"
+    if build.exists():
+        shutil.rmtree(build)
+    shutil.copytree(src, build)
+    try:
+        tok = Tokenizer.from_file(str(build / "tokenizer.json"))
+        train_verses, held_verses = corpus_kjv.split()
+        train_text, held_text = corpus_kjv.as_text(train_verses), corpus_kjv.as_text(held_verses)
+        if (build / "heldout.txt").read_text(encoding="ascii") != held_text:
+            raise SystemExit(f"train_tiny: {src}/heldout.txt is not the held-out text of this corpus")
+        train_ids = np.asarray(tok.encode(train_text, add_special_tokens=False).ids, dtype=np.int64)
+        held_ids = np.asarray(tok.encode(held_text, add_special_tokens=False).ids, dtype=np.int64)
+        training = json.loads((build / "training.json").read_text())
+        golden = json.loads((build / "golden.json").read_text())
+        counts = (training["corpus"]["training_tokens"], training["corpus"]["held_out_tokens"])
+        if counts != (len(train_ids), len(held_ids)):
+            raise SystemExit(f"train_tiny: the fixture was trained on {counts} tokens, this corpus gives {(len(train_ids), len(held_ids))}")
+        add_mtp_head(build, tok, train_ids, held_ids, training, golden, args.mtp_steps)
+        finish(build, args.out)
+        log(f"train_tiny: MTP head added -> {args.out or src}")
+    finally:
+        if build.exists():
+            shutil.rmtree(build)
+
+
+def finish(build: Path, out: Path | None) -> None:
+    """The finished build folder replaces fixtures/tiny-trained, or `out` in a trial run."""
+    if out:
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.move(str(build), str(out))
+    else:
+        mf.install(build, NAME)
 
 
 def tok_hf(build: Path):

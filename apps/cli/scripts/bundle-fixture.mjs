@@ -1,5 +1,5 @@
 // Copies the demo's model (fixtures/tiny-trained, a tiny Qwen3.5 trained on the King James Bible)
-// into dist/fixture so that `anemll-qwen35 demo` works from an installed package too (about 15 MB;
+// into dist/fixture so that `anemll-qwen35 demo` works from an installed package too (about 17 MB;
 // no golden outputs or training records, only what a conversion needs).
 import { cpSync, existsSync, mkdirSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";

@@ -33,14 +33,19 @@ export {
   qwen35Parameters,
   type Qwen35ParametersOptions,
 } from "./params.js";
+// The MTP head (mtp.*): its own table, kept out of qwen35Parameters (the text model)
+export { mtpLayerCount, qwen35MtpParameters, type Qwen35MtpParametersOptions } from "./params.js";
 
 // Canonical weight names and the checker of a checkpoint's tensors against the table
 export {
   assertWeights,
+  checkMtpWeights,
   checkWeights,
   hfName,
   type TensorListing,
+  type MtpWeightReport,
   WeightError,
+  type WeightFindings,
   type WeightReport,
 } from "./weights.js";
 

@@ -13,7 +13,14 @@
  */
 import { AnemllError, type DType, shapeToString } from "@anemll-qwen35/core";
 import { type Qwen35Config, usesTiedEmbeddings } from "./config.js";
-import { type ExpertLayout, qwen35Parameters, WEIGHT_DTYPES } from "./params.js";
+import {
+  type ExpertLayout,
+  mtpLayerCount,
+  type Qwen35Parameter,
+  qwen35MtpParameters,
+  qwen35Parameters,
+  WEIGHT_DTYPES,
+} from "./params.js";
 
 /** A missing, mis-shaped or mis-typed tensor (or a list of them, in `problems`). */
 export class WeightError extends AnemllError {
@@ -153,13 +160,17 @@ export interface TensorListing {
   info(name: string): { dtype: DType; shape: readonly number[]; file?: string };
 }
 
-export interface WeightReport {
-  readonly ok: boolean;
+/** What a check found, by canonical name. */
+export interface WeightFindings {
   /** One WeightError per problem (missing, wrong shape, wrong dtype). */
   readonly problems: readonly WeightError[];
   readonly missing: readonly string[];
   readonly misshaped: readonly string[];
   readonly wrongDtype: readonly string[];
+}
+
+export interface WeightReport extends WeightFindings {
+  readonly ok: boolean;
   /** Language-model-looking tensors the config does not account for (HF would ignore them). */
   readonly unexpected: readonly string[];
   readonly tied: boolean;
@@ -175,59 +186,113 @@ export function checkWeights(config: Qwen35Config, listing: TensorListing, file?
   const map = buildWeightMap(names, file);
   const tied = usesTiedEmbeddings(config, names);
   const expected = qwen35Parameters(config, { tied, expertLayout: detectExpertLayout(map.toHf.keys()) });
-  const problems: WeightError[] = [];
-  const missing: string[] = [];
-  const misshaped: string[] = [];
-  const wrongDtype: string[] = [];
+  const found = newFindings();
   const seen = new Set<string>();
-  for (const { canonical, shape } of expected) {
-    seen.add(canonical);
-    const hf = map.toHf.get(canonical);
-    if (hf === undefined) {
-      missing.push(canonical);
-      const name = hfName(canonical, map.layout);
-      problems.push(
-        new WeightError({
-          file,
-          tensor: name,
-          expected: shapeToString(shape),
-          message: `missing tensor "${name}" (expected shape ${shapeToString(shape)})`,
-        }),
-      );
-      continue;
-    }
-    const info = listing.info(hf);
-    const where = info.file ?? file;
-    if (info.shape.length !== shape.length || info.shape.some((d, k) => d !== shape[k])) {
-      misshaped.push(canonical);
-      problems.push(
-        new WeightError({
-          file: where,
-          tensor: hf,
-          expected: shapeToString(shape),
-          actual: shapeToString(info.shape),
-          message: `tensor "${hf}" has shape ${shapeToString(info.shape)}, expected ${shapeToString(shape)} from the config`,
-        }),
-      );
-    }
-    if (!WEIGHT_DTYPES.includes(info.dtype)) {
-      wrongDtype.push(canonical);
-      problems.push(
-        new WeightError({
-          file: where,
-          tensor: hf,
-          expected: WEIGHT_DTYPES.join(" | "),
-          actual: info.dtype,
-          message: `tensor "${hf}" is ${info.dtype}, expected one of ${WEIGHT_DTYPES.join(", ")}`,
-        }),
-      );
-    }
+  for (const p of expected) {
+    seen.add(p.canonical);
+    checkTensor(p, map.toHf.get(p.canonical), hfName(p.canonical, map.layout), listing, file, found);
   }
   const unexpected = [...map.toHf.keys()]
     .filter((c) => !seen.has(c) && !(c === "lm_head" && tied))
     .map((c) => map.toHf.get(c)!);
   unexpected.push(...map.unknown);
-  return { ok: problems.length === 0, problems, missing, misshaped, wrongDtype, unexpected, tied, map };
+  return { ok: found.problems.length === 0, ...found, unexpected, tied, map };
+}
+
+/** WeightFindings being filled. */
+interface Findings {
+  problems: WeightError[];
+  missing: string[];
+  misshaped: string[];
+  wrongDtype: string[];
+}
+
+const newFindings = (): Findings => ({ problems: [], missing: [], misshaped: [], wrongDtype: [] });
+
+/** One expected tensor: present (as `hf`), shaped as the table says, in a weight dtype. */
+function checkTensor(
+  { canonical, shape }: Qwen35Parameter,
+  hf: string | undefined,
+  name: string,
+  listing: TensorListing,
+  file: string | undefined,
+  found: Findings,
+): void {
+  if (hf === undefined) {
+    found.missing.push(canonical);
+    found.problems.push(
+      new WeightError({
+        file,
+        tensor: name,
+        expected: shapeToString(shape),
+        message: `missing tensor "${name}" (expected shape ${shapeToString(shape)})`,
+      }),
+    );
+    return;
+  }
+  const info = listing.info(hf);
+  const where = info.file ?? file;
+  if (info.shape.length !== shape.length || info.shape.some((d, k) => d !== shape[k])) {
+    found.misshaped.push(canonical);
+    found.problems.push(
+      new WeightError({
+        file: where,
+        tensor: hf,
+        expected: shapeToString(shape),
+        actual: shapeToString(info.shape),
+        message: `tensor "${hf}" has shape ${shapeToString(info.shape)}, expected ${shapeToString(shape)} from the config`,
+      }),
+    );
+  }
+  if (!WEIGHT_DTYPES.includes(info.dtype)) {
+    found.wrongDtype.push(canonical);
+    found.problems.push(
+      new WeightError({
+        file: where,
+        tensor: hf,
+        expected: WEIGHT_DTYPES.join(" | "),
+        actual: info.dtype,
+        message: `tensor "${hf}" is ${info.dtype}, expected one of ${WEIGHT_DTYPES.join(", ")}`,
+      }),
+    );
+  }
+}
+
+/** The head's findings (all empty when no `mtp.*` tensor is present). */
+export interface MtpWeightReport extends WeightFindings {
+  /** The checkpoint has `mtp.*` tensors. */
+  readonly present: boolean;
+  /** Exactly the head that the config's mtp_num_hidden_layers implies, every tensor shaped and typed right. */
+  readonly complete: boolean;
+  /** The head's decoder layers by the config (0 when it names none). */
+  readonly layers: number;
+  /** `mtp.*` tensors the table does not list. */
+  readonly unexpected: readonly string[];
+}
+
+/**
+ * Checks a checkpoint's multi-token-prediction head (`mtp.*`) against the config, like checkWeights
+ * does the text model. Separate from checkWeights on purpose: every reader of the text model drops
+ * the head, so a partial or odd head never stops them; a reader that uses the head asks for this.
+ */
+export function checkMtpWeights(
+  config: Qwen35Config,
+  listing: TensorListing,
+  file?: string,
+): MtpWeightReport {
+  const names = new Set(listing.names().filter((n) => n.startsWith("mtp.")));
+  const layers = mtpLayerCount(config);
+  const experts = detectExpertLayout([...names].map((n) => n.replace(/^mtp\.layers\.(\d+)\./, "layers.$1.")));
+  const expected = qwen35MtpParameters(config, { layers, expertLayout: experts });
+  const found = newFindings();
+  if (names.size > 0) {
+    for (const p of expected)
+      checkTensor(p, names.has(p.canonical) ? p.canonical : undefined, p.canonical, listing, file, found);
+  }
+  const listed = new Set(expected.map((p) => p.canonical));
+  const unexpected = [...names].filter((n) => !listed.has(n)).sort();
+  const complete = names.size > 0 && found.problems.length === 0 && unexpected.length === 0;
+  return { present: names.size > 0, complete, layers, ...found, unexpected };
 }
 
 /** Throws one WeightError listing every problem (each also in `.problems`). */

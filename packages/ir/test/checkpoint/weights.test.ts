@@ -15,7 +15,7 @@ import {
   writeSyntheticCheckpoint,
 } from "../../src/checkpoint/index.js";
 import { buildWeightMap, mapHfName } from "../../src/checkpoint/weights.js";
-import { tempDir, tinyConfigJson, vals } from "./helpers.js";
+import { qwen08bTextConfig, tempDir, tinyConfigJson, vals } from "./helpers.js";
 
 /** Writes config.json + model.safetensors with value(name, i) at flat index i. */
 async function writeCheckpoint(
@@ -95,23 +95,7 @@ describe("weight map", () => {
   });
 
   it("expected tensors follow the reference shapes (0.8B spot checks)", () => {
-    const c = parseQwen35Config({
-      model_type: "qwen3_5_text",
-      vocab_size: 248320,
-      hidden_size: 1024,
-      num_hidden_layers: 4,
-      num_attention_heads: 8,
-      num_key_value_heads: 2,
-      head_dim: 256,
-      linear_num_key_heads: 16,
-      linear_num_value_heads: 16,
-      linear_key_head_dim: 128,
-      linear_value_head_dim: 128,
-      linear_conv_kernel_dim: 4,
-      intermediate_size: 3584,
-      rms_norm_eps: 1e-6,
-      rope_parameters: { rope_theta: 1e7, partial_rotary_factor: 0.25 },
-    });
+    const c = parseQwen35Config(qwen08bTextConfig(4));
     const shapes = new Map(qwen35Parameters(c, { tied: true }).map((t) => [t.canonical, t.shape]));
     // reference §3.3, 0.8B
     expect(shapes.get("embed")).toEqual([248320, 1024]);
