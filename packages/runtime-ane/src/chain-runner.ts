@@ -26,6 +26,7 @@ import {
 } from "@anemll-qwen35/ir/chain";
 import type { Backend, ComponentState, LoadedComponent } from "./backend.js";
 import { loadHostEmbedding } from "./host-embedding.js";
+import { PrefillCheck, type PrefillCheckMode, type PrefillCheckResult } from "./prefill-check.js";
 
 export interface LoadChainOptions {
   backend: Backend;
@@ -48,6 +49,13 @@ export interface LoadChainOptions {
    */
   prefillFunction?: boolean;
   /**
+   * On a backend that can tell where ops run (Core ML), whether the prefill function is checked
+   * before it is trusted (prefill-check.ts): "recorded" (default) uses the verdict recorded beside
+   * the model for these packages on this machine, else checks and records; "recheck" checks again;
+   * "off" trusts model.json.
+   */
+  prefillCheck?: PrefillCheckMode;
+  /**
    * Check every package against model.json's sha256 before loading (default true; digests are
    * cached by the packages' inodes, sizes, mtimes and ctimes, see ir/chain's verifyChainPackages).
    */
@@ -55,7 +63,11 @@ export interface LoadChainOptions {
   onProgress?: (
     event:
       | { stage: "load"; component: string; index: number; total: number }
-      | { stage: "verify"; component: string },
+      | { stage: "verify"; component: string }
+      /** The prefill check's verdict (once per load of a chain with a prefill function). */
+      | { stage: "prefill-check"; result: PrefillCheckResult }
+      /** Something the user should know that does not stop the load. */
+      | { stage: "notice"; message: string },
   ) => void;
   signal?: AbortSignal;
 }
@@ -121,6 +133,8 @@ export class ChainRunner implements StepModel {
   readonly backend: Backend;
   readonly contextLength: number;
   readonly outputKind: "logits" | "top1";
+  /** The prefill check's verdict at load (undefined where none ran: see LoadChainOptions.prefillCheck). */
+  prefillCheck: PrefillCheckResult | undefined;
   private readonly components: readonly LoadedComponent[];
   private readonly stepper: ChainStepper;
   private readonly overflow: ContextOverflow;
@@ -163,7 +177,10 @@ export class ChainRunner implements StepModel {
     this.slideKeep = o.slideKeep ?? 0.5;
   }
 
-  /** Reads model.json, checks the packages' digests and loads every package through the backend. */
+  /**
+   * Reads model.json, checks the packages' digests and loads every package through the backend;
+   * on a backend with a function-check seam, checks the prefill function first (prefillCheck).
+   */
   static async load(dir: string, options: LoadChainOptions): Promise<ChainRunner> {
     const manifest = await readChainManifest(dir);
     if (options.verify !== false) {
@@ -173,44 +190,56 @@ export class ChainRunner implements StepModel {
         signal: options.signal,
       });
     }
-    const loaded: LoadedComponent[] = [];
-    try {
-      for (const [index, entry] of manifest.components.entries()) {
-        options.signal?.throwIfAborted();
-        options.onProgress?.({
-          stage: "load",
-          component: entry.name,
-          index,
-          total: manifest.components.length,
-        });
-        try {
-          // the embedding table is read on the host (host-embedding.ts), not run on the backend
-          if (entry.kind === "embed") {
-            loaded.push(await loadHostEmbedding(join(dir, entry.file), entry.name, entry.function, entry.io));
-            continue;
-          }
-          loaded.push(
-            await options.backend.load(join(dir, entry.file), {
-              name: entry.name,
-              functionName: entry.function,
-              io: entry.io,
-              prefill: options.prefillFunction === false ? undefined : entry.prefill,
-              sha256: entry.sha256,
-              signal: options.signal,
-            }),
+    const seam = options.backend.functionCheck;
+    const check =
+      options.prefillFunction === false
+        ? undefined
+        : await PrefillCheck.open(dir, manifest, seam, options.prefillCheck ?? "recorded", (message) =>
+            options.onProgress?.({ stage: "notice", message }),
           );
-        } catch (err) {
-          if ((err as Error).name === "AbortError") throw err;
-          throw new ChainLoadError(entry.name, `could not load ${entry.file}: ${(err as Error).message}`, {
-            cause: err,
-          });
-        }
+    const recorded = check?.recorded;
+    const withPrefill = options.prefillFunction !== false && recorded?.keep !== false;
+    let runner = new ChainRunner(
+      dir,
+      manifest,
+      options.backend,
+      await loadComponents(dir, manifest, options, withPrefill, check),
+      options,
+    );
+    let result = recorded;
+    const T = runner.prefillTokens;
+    if (check && seam && !recorded && T !== undefined) {
+      try {
+        result = await check.decide(seam, T, {
+          prefill: async () => {
+            await runner.stepper.prefill(new Array<number>(T).fill(0), 0, false);
+          },
+          decode: async (p) => {
+            await runner.stepper.step(0, p, false);
+          },
+          reset: () => runner.stepper.reset(),
+        });
+      } catch (err) {
+        runner.dispose();
+        throw err;
       }
-    } catch (err) {
-      for (const c of loaded) c.dispose();
-      throw err;
+      if (!result.keep) {
+        // fall back once: load again without the prefill functions (their weight copies go)
+        runner.dispose();
+        runner = new ChainRunner(
+          dir,
+          manifest,
+          options.backend,
+          await loadComponents(dir, manifest, options, false),
+          options,
+        );
+      }
     }
-    return new ChainRunner(dir, manifest, options.backend, loaded, options);
+    if (result) {
+      runner.prefillCheck = result;
+      options.onProgress?.({ stage: "prefill-check", result });
+    }
+    return runner;
   }
 
   get position(): number {
@@ -335,4 +364,69 @@ export class ChainRunner implements StepModel {
   async [Symbol.asyncDispose](): Promise<void> {
     this.dispose();
   }
+}
+
+/**
+ * Loads every package of the chain (the embedding table is read on the host); with a prefill
+ * check, tells it each function loaded (the seam a lazy loader calls per function too).
+ */
+async function loadComponents(
+  dir: string,
+  manifest: ChainManifest,
+  options: LoadChainOptions,
+  withPrefill: boolean,
+  check?: PrefillCheck,
+): Promise<LoadedComponent[]> {
+  const loaded: LoadedComponent[] = [];
+  const seam = options.backend.functionCheck;
+  try {
+    for (const [index, entry] of manifest.components.entries()) {
+      options.signal?.throwIfAborted();
+      options.onProgress?.({
+        stage: "load",
+        component: entry.name,
+        index,
+        total: manifest.components.length,
+      });
+      const path = join(dir, entry.file);
+      try {
+        // the embedding table is read on the host (host-embedding.ts), not run on the backend
+        if (entry.kind === "embed") {
+          loaded.push(await loadHostEmbedding(path, entry.name, entry.function, entry.io));
+          continue;
+        }
+        const prefill = withPrefill ? entry.prefill : undefined;
+        loaded.push(
+          await options.backend.load(path, {
+            name: entry.name,
+            functionName: entry.function,
+            io: entry.io,
+            prefill,
+            sha256: entry.sha256,
+            signal: options.signal,
+          }),
+        );
+        if (check && seam) {
+          const fn = { component: entry.name, sha256: entry.sha256 };
+          const role = entry.kind === "lm_head" ? "head" : "decode";
+          await check.functionLoaded(seam, path, { ...fn, functionName: entry.function, role });
+          if (prefill)
+            await check.functionLoaded(seam, path, {
+              ...fn,
+              functionName: prefill.function,
+              role: "prefill",
+            });
+        }
+      } catch (err) {
+        if ((err as Error).name === "AbortError") throw err;
+        throw new ChainLoadError(entry.name, `could not load ${entry.file}: ${(err as Error).message}`, {
+          cause: err,
+        });
+      }
+    }
+  } catch (err) {
+    for (const c of loaded) c.dispose();
+    throw err;
+  }
+  return loaded;
 }
