@@ -1,4 +1,4 @@
-import { chmodSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
@@ -288,22 +288,18 @@ describe("the prefill check through the reference backend", () => {
     expect(runner.prefillCheck?.source).toBe("checked");
     runner.dispose();
 
-    if (process.getuid?.() === 0) return; // root writes anywhere: the read-only half cannot be shown
+    // a record that cannot be written (a directory in its place: root or not, rename fails)
     const ro = copy();
-    chmodSync(ro, 0o555);
-    try {
-      const b = injected({ prefillMs: 1, decodeMs: 4 });
-      const r = await load(ro, b.backend);
-      expect(r.runner.prefillCheck?.keep).toBe(true);
-      expect(
-        r.events.some(
-          (e) => e.stage === "notice" && /could not record the prefill check/.test(e.message ?? ""),
-        ),
-      ).toBe(true);
-      r.runner.dispose();
-    } finally {
-      chmodSync(ro, 0o755);
-    }
+    mkdirSync(join(ro, PREFILL_CHECK_FILE));
+    const b = injected({ prefillMs: 1, decodeMs: 4 });
+    const r = await load(ro, b.backend);
+    expect(r.runner.prefillCheck?.keep).toBe(true);
+    expect(
+      r.events.some(
+        (e) => e.stage === "notice" && /could not record the prefill check/.test(e.message ?? ""),
+      ),
+    ).toBe(true);
+    r.runner.dispose();
   });
 
   it("does nothing with prefillCheck off, with prefillFunction false, or on a backend without a seam", async () => {
