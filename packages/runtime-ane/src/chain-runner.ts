@@ -133,8 +133,7 @@ export class ChainRunner implements StepModel {
   readonly backend: Backend;
   readonly contextLength: number;
   readonly outputKind: "logits" | "top1";
-  /** The prefill check's verdict at load (undefined where none ran: see LoadChainOptions.prefillCheck). */
-  prefillCheck: PrefillCheckResult | undefined;
+  private checked: PrefillCheckResult | undefined;
   private readonly components: readonly LoadedComponent[];
   private readonly stepper: ChainStepper;
   private readonly overflow: ContextOverflow;
@@ -236,10 +235,15 @@ export class ChainRunner implements StepModel {
       }
     }
     if (result) {
-      runner.prefillCheck = result;
+      runner.checked = result;
       options.onProgress?.({ stage: "prefill-check", result });
     }
     return runner;
+  }
+
+  /** The prefill check's verdict at load (undefined where none ran: see LoadChainOptions.prefillCheck). */
+  get prefillCheck(): PrefillCheckResult | undefined {
+    return this.checked;
   }
 
   get position(): number {
