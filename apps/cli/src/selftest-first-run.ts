@@ -21,8 +21,8 @@ import { type Backend, ChainRunner, coreMLBackend, referenceBackend } from "@ane
 export const FIRST_RUN_PROMPT_TOKENS = 64 + 9;
 /** The contexts io and mlstate decode are compared at. */
 export const DECODE_CONTEXTS = [1024, 4096] as const;
-/** Below this a run's logits are not the reference's program any more. */
-const MIN_COSINE = 0.99;
+/** Below this a backend's logits are not the reference's program any more, only its neighbour. */
+export const MIN_COSINE = 0.99;
 
 export type FirstRunBackend = "reference-fp32" | "reference-fp16" | "coreml";
 
@@ -40,12 +40,12 @@ export function firstRunBackend(b: FirstRunBackend): Backend {
     : referenceBackend({ precision: "fp32" });
 }
 
-const logitsOf = (o: StepOutput): Float32Array => {
+export const logitsOf = (o: StepOutput): Float32Array => {
   if (!("logits" in o)) throw new Error("the lm_head returned no logits");
   return o.logits;
 };
 const finite = (xs: Float32Array) => xs.every(Number.isFinite);
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+export const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 
 /** `tokens` repeated to `n` tokens. */
 export function promptOf(tokens: readonly number[], n: number): number[] {

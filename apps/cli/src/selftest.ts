@@ -20,7 +20,7 @@ import {
   loadCoreMLAddon,
 } from "@anemll-qwen35/coreml";
 import { type CostReport, costplan } from "@anemll-qwen35/costplan";
-import { loadTokenizer, type StepOutput } from "@anemll-qwen35/generate";
+import { loadTokenizer } from "@anemll-qwen35/generate";
 import { argmax, cosine, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
 import { loadModel } from "@anemll-qwen35/models";
 import type { Backend } from "@anemll-qwen35/runtime-ane";
@@ -30,6 +30,9 @@ import {
   FIRST_RUN_PROMPT_TOKENS,
   type FirstRunBackend,
   kvReadback,
+  logitsOf,
+  MIN_COSINE,
+  median,
   memoryCheck,
   prefillVerdict,
   promptCheck,
@@ -60,8 +63,6 @@ export interface SelftestOptions {
 const CTX = 128;
 /** Raw text, continued (the bundled model was trained on the King James Bible). */
 const PROMPT = "In the beginning God created the heaven and the earth. And God said,";
-/** Below this a backend's logits are not the reference's program any more, only its neighbour. */
-const MIN_COSINE = 0.99;
 
 type Kv = "io" | "mlstate";
 
@@ -69,13 +70,6 @@ interface Trace {
   readonly logits: Float32Array[];
   readonly tokens: number[];
 }
-
-const logitsOf = (o: StepOutput): Float32Array => {
-  if (!("logits" in o)) throw new Error("the lm_head returned no logits");
-  return o.logits;
-};
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 
 /**
  * The prompt and `steps` decode steps on one backend. Decode step i feeds `forced[i]` (the
