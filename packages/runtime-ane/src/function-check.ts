@@ -24,6 +24,8 @@ export interface FunctionPlacement {
     readonly type: string;
     readonly device: ComputeDevice;
   }[];
+  /** Why the placement could not be read (then nothing above is known). */
+  readonly error?: string;
 }
 
 export interface PrefillCheckInput {
@@ -35,6 +37,8 @@ export interface PrefillCheckInput {
   readonly decodeMs: number;
   /** Tokens per prefill call. */
   readonly T: number;
+  /** Why the timed prefill call failed, when it did. */
+  readonly prefillError?: string;
   /**
    * Whether the ops should be on the ANE (default true). False where the compute units leave it out
    * or this Mac has none: then speed alone decides.
@@ -99,7 +103,15 @@ function describeOff(p: FunctionPlacement): string {
 export function decidePrefill(input: PrefillCheckInput): PrefillDecision {
   const { T, prefillMs, decodeMs } = input;
   const prefill = input.placements.filter((p) => p.role === "prefill");
+  if (input.prefillError !== undefined)
+    return { keep: false, reason: `prefill function dropped: a call failed (${input.prefillError})` };
   if (input.requireAne !== false) {
+    const unread = prefill.find((p) => p.error !== undefined);
+    if (unread)
+      return {
+        keep: false,
+        reason: `prefill function dropped: where ${unread.component}'s ${unread.function} runs could not be read (${unread.error})`,
+      };
     const off = prefill.filter((p) => offCount(p) > 0);
     if (off.length > 0) {
       const more = off.length > 1 ? ` (and ${off.length - 1} more package(s))` : "";
@@ -130,5 +142,11 @@ export function decidePrefill(input: PrefillCheckInput): PrefillDecision {
 
 /** One line per decode/head function that runs ops off the ANE (a warning, not a fallback). */
 export function offAneWarnings(placements: readonly FunctionPlacement[]): string[] {
-  return placements.filter((p) => p.role !== "prefill" && offCount(p) > 0).map(describeOff);
+  return placements
+    .filter((p) => p.role !== "prefill" && (offCount(p) > 0 || p.error !== undefined))
+    .map((p) =>
+      p.error !== undefined
+        ? `where ${p.component}'s ${p.function} runs could not be read (${p.error})`
+        : describeOff(p),
+    );
 }

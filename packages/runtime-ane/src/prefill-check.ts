@@ -145,7 +145,19 @@ export class PrefillCheck {
     fn: Parameters<FunctionCheckSeam["placement"]>[1],
   ): Promise<void> {
     if (this.recorded) return;
-    this.placements.push(await seam.placement(packagePath, fn));
+    try {
+      this.placements.push(await seam.placement(packagePath, fn));
+    } catch (err) {
+      // an unreadable plan proves nothing: the decision says so (function-check.ts)
+      const none = { ane: 0, cpu: 0, gpu: 0, unplaced: 0, offAne: [] };
+      this.placements.push({
+        component: fn.component,
+        function: fn.functionName,
+        role: fn.role,
+        ...none,
+        error: (err as Error).message,
+      });
+    }
   }
 
   /**
@@ -154,12 +166,18 @@ export class PrefillCheck {
    */
   async decide(seam: FunctionCheckSeam, T: number, calls: PrefillCheckCalls): Promise<PrefillCheckResult> {
     const times: number[] = [];
-    let prefillMs: number;
+    let prefillMs = Number.NaN;
+    let prefillError: string | undefined;
     try {
-      calls.reset();
-      await calls.prefill();
-      calls.reset();
-      prefillMs = await seam.time("prefill", calls.prefill);
+      try {
+        calls.reset();
+        await calls.prefill();
+        calls.reset();
+        prefillMs = await seam.time("prefill", calls.prefill);
+      } catch (err) {
+        // a prefill function that cannot run is dropped, not fatal: decode still serves
+        prefillError = (err as Error).message;
+      }
       calls.reset();
       await calls.decode(0);
       calls.reset();
@@ -174,6 +192,7 @@ export class PrefillCheck {
       decodeMs,
       T,
       requireAne: this.machine.requireAne,
+      prefillError,
     });
     const warnings = this.machine.requireAne ? offAneWarnings(this.placements) : [];
     const stored: Stored = {

@@ -70,6 +70,23 @@ describe("decidePrefill", () => {
     expect(d.reason).toMatch(/slower per token than decode, 64 tokens in 640 ms \(10\.0 ms\/token\)/);
   });
 
+  it("drops prefill when its placement could not be read or its call failed, saying why", () => {
+    const unread: FunctionPlacement = { ...onAne("sb0", "prefill_64", "prefill", 0), error: "timed out" };
+    const d = decidePrefill({ placements: [placements[0], unread], prefillMs: 1, decodeMs: 10, T: 64 });
+    expect(d).toEqual({
+      keep: false,
+      reason: "prefill function dropped: where sb0's prefill_64 runs could not be read (timed out)",
+    });
+    const failed = decidePrefill({
+      placements,
+      prefillMs: Number.NaN,
+      decodeMs: 10,
+      T: 64,
+      prefillError: "E_X: boom",
+    });
+    expect(failed.reason).toBe("prefill function dropped: a call failed (E_X: boom)");
+  });
+
   it("decides on speed alone where no ANE placement is asked for, and drops what it could not time", () => {
     const off = { ...onAne("sb0", "prefill_64", "prefill"), cpu: 100, ane: 0 };
     expect(
@@ -258,6 +275,47 @@ describe("the prefill check through the reference backend", () => {
       ["another Mac", false],
       ["test machine · cpuAndNeuralEngine", true],
     ]);
+  });
+
+  it("falls back when MLComputePlan cannot read a prefill function, or a prefill call fails", async () => {
+    const a = injected({ prefillMs: 1, decodeMs: 4 });
+    const unreadable: Backend = {
+      ...a.backend,
+      functionCheck: {
+        ...(a.backend.functionCheck as FunctionCheckSeam),
+        placement: async (path, fn) => {
+          if (fn.role === "prefill") throw new Error("MLComputePlan timed out");
+          return (a.backend.functionCheck as FunctionCheckSeam).placement(path, fn);
+        },
+      },
+    };
+    const r = await load(copy(), unreadable);
+    expect(r.runner.prefillCheck?.reason).toMatch(/could not be read \(MLComputePlan timed out\)$/);
+    expect(r.runner.prefillTokens).toBeUndefined();
+    r.runner.dispose();
+
+    // a prefill function that throws when called: dropped, and decode still serves
+    const b = injected({ prefillMs: 1, decodeMs: 4 });
+    const broken: Backend = {
+      ...b.backend,
+      load: async (path, opts) => {
+        const c = await b.backend.load(path, opts);
+        if (!c.prefill) return c;
+        const prefill = {
+          ...c.prefill,
+          predict: async () => {
+            throw new Error("ANE program failed to load");
+          },
+        };
+        return { ...c, newState: c.newState, predict: c.predict, dispose: c.dispose, prefill };
+      },
+    };
+    const f = await load(copy(), broken);
+    expect(f.runner.prefillCheck?.reason).toMatch(/a call failed \(.*ANE program failed to load\)/);
+    expect(f.runner.prefillTokens).toBeUndefined();
+    const out = await f.runner.prefill(prompt);
+    expect("logits" in out && out.logits.every(Number.isFinite)).toBe(true);
+    f.runner.dispose();
   });
 
   it("checks again after a new conversion (other package digests)", async () => {
