@@ -180,7 +180,8 @@ export class ChainRunner implements StepModel {
    * Reads model.json, checks the packages' digests and loads every package through the backend;
    * on a backend with a function-check seam, checks the prefill function first (prefillCheck).
    */
-  static async load(dir: string, options: LoadChainOptions): Promise<ChainRunner> {
+  static async load(dir: string, loadOptions: LoadChainOptions): Promise<ChainRunner> {
+    let options = loadOptions;
     const manifest = await readChainManifest(dir);
     if (options.verify !== false) {
       await verifyChainPackages(dir, manifest, {
@@ -189,49 +190,105 @@ export class ChainRunner implements StepModel {
         signal: options.signal,
       });
     }
-    const seam = options.backend.functionCheck;
     const check =
       options.prefillFunction === false
         ? undefined
-        : await PrefillCheck.open(dir, manifest, seam, options.prefillCheck ?? "recorded", (message) =>
-            options.onProgress?.({ stage: "notice", message }),
+        : await PrefillCheck.open(
+            dir,
+            manifest,
+            options.backend.functionCheck,
+            options.prefillCheck ?? "recorded",
+            (message) => options.onProgress?.({ stage: "notice", message }),
           );
-    const recorded = check?.recorded;
-    const withPrefill = options.prefillFunction !== false && recorded?.keep !== false;
-    let runner = new ChainRunner(
-      dir,
-      manifest,
-      options.backend,
-      await loadComponents(dir, manifest, options, withPrefill, check),
-      options,
-    );
-    let result = recorded;
+    // a recorded fallback: the prefill functions are not loaded at all
+    if (check?.recorded?.keep === false) options = { ...options, prefillFunction: false };
+    const loaded: LoadedComponent[] = [];
+    try {
+      for (const [index, entry] of manifest.components.entries()) {
+        options.signal?.throwIfAborted();
+        options.onProgress?.({
+          stage: "load",
+          component: entry.name,
+          index,
+          total: manifest.components.length,
+        });
+        try {
+          // the embedding table is read on the host (host-embedding.ts), not run on the backend
+          if (entry.kind === "embed") {
+            loaded.push(await loadHostEmbedding(join(dir, entry.file), entry.name, entry.function, entry.io));
+            continue;
+          }
+          loaded.push(
+            await options.backend.load(join(dir, entry.file), {
+              name: entry.name,
+              functionName: entry.function,
+              io: entry.io,
+              prefill: options.prefillFunction === false ? undefined : entry.prefill,
+              sha256: entry.sha256,
+              signal: options.signal,
+            }),
+          );
+        } catch (err) {
+          if ((err as Error).name === "AbortError") throw err;
+          throw new ChainLoadError(entry.name, `could not load ${entry.file}: ${(err as Error).message}`, {
+            cause: err,
+          });
+        }
+      }
+    } catch (err) {
+      for (const c of loaded) c.dispose();
+      throw err;
+    }
+    const runner = new ChainRunner(dir, manifest, options.backend, loaded, options);
+    return check ? ChainRunner.checkPrefill(runner, check, options) : runner;
+  }
+
+  /**
+   * The prefill check after the load (prefill-check.ts): the seam is told every function loaded,
+   * one prefill call is timed against T decode steps, and on a fallback the chain is loaded again
+   * without its prefill functions (their weight copies go); a recorded verdict needs none of it.
+   */
+  private static async checkPrefill(
+    first: ChainRunner,
+    check: PrefillCheck,
+    options: LoadChainOptions,
+  ): Promise<ChainRunner> {
+    let runner = first;
+    let result = check.recorded;
+    const seam = options.backend.functionCheck;
     const T = runner.prefillTokens;
-    if (check && seam && !recorded && T !== undefined) {
+    if (!result && seam && T !== undefined) {
       try {
+        for (const entry of runner.manifest.components) {
+          if (entry.kind === "embed") continue; // read on the host
+          const path = join(runner.dir, entry.file);
+          const fn = { component: entry.name, sha256: entry.sha256 };
+          const role = entry.kind === "lm_head" ? "head" : "decode";
+          await check.functionLoaded(seam, path, { ...fn, functionName: entry.function, role });
+          if (entry.prefill)
+            await check.functionLoaded(seam, path, {
+              ...fn,
+              functionName: entry.prefill.function,
+              role: "prefill",
+            });
+        }
+        const stepper = runner.stepper;
         result = await check.decide(seam, T, {
           prefill: async () => {
-            await runner.stepper.prefill(new Array<number>(T).fill(0), 0, false);
+            await stepper.prefill(new Array<number>(T).fill(0), 0, false);
           },
           decode: async (p) => {
-            await runner.stepper.step(0, p, false);
+            await stepper.step(0, p, false);
           },
-          reset: () => runner.stepper.reset(),
+          reset: () => stepper.reset(),
         });
       } catch (err) {
         runner.dispose();
         throw err;
       }
       if (!result.keep) {
-        // fall back once: load again without the prefill functions (their weight copies go)
         runner.dispose();
-        runner = new ChainRunner(
-          dir,
-          manifest,
-          options.backend,
-          await loadComponents(dir, manifest, options, false),
-          options,
-        );
+        runner = await ChainRunner.load(runner.dir, { ...options, prefillFunction: false, verify: false });
       }
     }
     if (result) {
@@ -368,69 +425,4 @@ export class ChainRunner implements StepModel {
   async [Symbol.asyncDispose](): Promise<void> {
     this.dispose();
   }
-}
-
-/**
- * Loads every package of the chain (the embedding table is read on the host); with a prefill
- * check, tells it each function loaded (the seam a lazy loader calls per function too).
- */
-async function loadComponents(
-  dir: string,
-  manifest: ChainManifest,
-  options: LoadChainOptions,
-  withPrefill: boolean,
-  check?: PrefillCheck,
-): Promise<LoadedComponent[]> {
-  const loaded: LoadedComponent[] = [];
-  const seam = options.backend.functionCheck;
-  try {
-    for (const [index, entry] of manifest.components.entries()) {
-      options.signal?.throwIfAborted();
-      options.onProgress?.({
-        stage: "load",
-        component: entry.name,
-        index,
-        total: manifest.components.length,
-      });
-      const path = join(dir, entry.file);
-      try {
-        // the embedding table is read on the host (host-embedding.ts), not run on the backend
-        if (entry.kind === "embed") {
-          loaded.push(await loadHostEmbedding(path, entry.name, entry.function, entry.io));
-          continue;
-        }
-        const prefill = withPrefill ? entry.prefill : undefined;
-        loaded.push(
-          await options.backend.load(path, {
-            name: entry.name,
-            functionName: entry.function,
-            io: entry.io,
-            prefill,
-            sha256: entry.sha256,
-            signal: options.signal,
-          }),
-        );
-        if (check && seam) {
-          const fn = { component: entry.name, sha256: entry.sha256 };
-          const role = entry.kind === "lm_head" ? "head" : "decode";
-          await check.functionLoaded(seam, path, { ...fn, functionName: entry.function, role });
-          if (prefill)
-            await check.functionLoaded(seam, path, {
-              ...fn,
-              functionName: prefill.function,
-              role: "prefill",
-            });
-        }
-      } catch (err) {
-        if ((err as Error).name === "AbortError") throw err;
-        throw new ChainLoadError(entry.name, `could not load ${entry.file}: ${(err as Error).message}`, {
-          cause: err,
-        });
-      }
-    }
-  } catch (err) {
-    for (const c of loaded) c.dispose();
-    throw err;
-  }
-  return loaded;
 }
