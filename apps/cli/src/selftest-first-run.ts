@@ -314,7 +314,9 @@ export async function kvReadback(dir: string, prompt: number[]): Promise<CheckRe
     try {
       await m.prefill(prompt);
       const s = (await m.snapshot()) as unknown as Snapshots;
-      return { names: m.manifest.components.map((c) => c.name), states: s.states ?? [] };
+      // one state per super-block package, in chain order
+      const names = m.manifest.components.filter((c) => c.kind === "superblocks").map((c) => c.name);
+      return { names, states: s.states ?? [] };
     } finally {
       m.dispose();
     }
