@@ -112,11 +112,18 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
   // asked once, at the first load: is there a Neural Engine at all?
   let ane: Promise<boolean> | undefined;
   const neuralEngine = () => {
-    ane ??= addon.computeDevices().then((ds) => {
-      const has = ds.some((d) => d.kind === "neuralEngine");
-      if (!has && wantsAne) options.onNotice?.(NO_NEURAL_ENGINE);
-      return has;
-    });
+    ane ??= addon.computeDevices().then(
+      (ds) => {
+        const has = ds.some((d) => d.kind === "neuralEngine");
+        if (!has && wantsAne) options.onNotice?.(NO_NEURAL_ENGINE);
+        return has;
+      },
+      (err) => {
+        // not knowing is no reason to stop a load: assume the ANE a Mac normally has
+        options.onNotice?.(`could not ask Core ML for its compute devices: ${(err as Error).message}`);
+        return true;
+      },
+    );
     return ane;
   };
   const compiledPath = (sha256: string) => join(cacheDir, `${sha256}.mlmodelc`);
