@@ -97,7 +97,13 @@ async function readRecords(file: string): Promise<Stored[] | undefined> {
     const doc = JSON.parse(text) as { schema?: unknown; version?: unknown; checks?: unknown };
     if (doc.schema !== SCHEMA || doc.version !== VERSION || !Array.isArray(doc.checks)) return undefined;
     return (doc.checks as Stored[]).filter(
-      (c) => typeof c?.packages === "string" && typeof c.machine === "string" && typeof c.keep === "boolean",
+      (c) =>
+        typeof c?.packages === "string" &&
+        typeof c.machine === "string" &&
+        typeof c.keep === "boolean" &&
+        typeof c.reason === "string" &&
+        Array.isArray(c.placements) &&
+        Array.isArray(c.warnings),
     );
   } catch {
     return undefined;
@@ -138,7 +144,7 @@ export class PrefillCheck {
     return new PrefillCheck(file, packages, machine, records, notice, recorded);
   }
 
-  /** The seam the runner calls once per function it loads (a recorded verdict needs none). */
+  /** The seam the runner calls once per function of the chain it loads (a recorded verdict needs none). */
   async functionLoaded(
     seam: FunctionCheckSeam,
     packagePath: string,
