@@ -142,7 +142,8 @@ export async function memoryCheck(dir: string): Promise<CheckResult> {
       prefillFunction,
       prefillCheck: "off",
     });
-    await m.prefill([0]); // programs are made ready at the first prediction
+    // every loaded function runs once (programs may be made ready at their first prediction)
+    await m.prefill(new Array<number>(m.prefillTokens ?? 1).fill(0));
     const after = footprint();
     m.dispose();
     return { before: mib(before), after: mib(after) };
