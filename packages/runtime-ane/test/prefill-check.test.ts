@@ -2,13 +2,14 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } f
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
-import type { NativePlanOp } from "@anemll-qwen35/coreml";
+import { coreMLAvailability, hasNeuralEngine, type NativePlanOp } from "@anemll-qwen35/coreml";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decidePrefill, type FunctionPlacement, placementOf } from "../src/function-check.js";
 import {
   type Backend,
   ChainRunner,
+  coreMLBackend,
   type FunctionCheckSeam,
   type LoadChainOptions,
   referenceBackend,
@@ -376,4 +377,49 @@ describe("the prefill check through the reference backend", () => {
     plain.runner.dispose();
     expect(() => readFileSync(join(dir, PREFILL_CHECK_FILE))).toThrow();
   });
+});
+
+const coreml = coreMLAvailability();
+
+describe("the Core ML backend's seam (a Mac)", () => {
+  it.skipIf(!coreml.available)(
+    `reads MLComputePlan for every function, times prefill against decode, and records the verdict${coreml.available ? "" : ` (skipped: ${coreml.reason})`}`,
+    async () => {
+      const dir = join(work, "coreml");
+      await convert({
+        model: join(FIXTURES, "tiny-tied"),
+        out: dir,
+        ctx: 128,
+        fuse: 1,
+        lmHeadMaxRows: 512,
+        prefillBatch: 8,
+      });
+      const notices: string[] = [];
+      const runner = await ChainRunner.load(dir, {
+        backend: coreMLBackend({ onNotice: (m) => notices.push(m) }),
+        onProgress: (e) => {
+          if (e.stage === "notice") notices.push(e.message);
+        },
+      });
+      const r = runner.prefillCheck;
+      expect(r?.source).toBe("checked");
+      const blocks = runner.manifest.components.filter((c) => c.kind === "superblocks").length;
+      expect(r?.placements.filter((p) => p.role === "prefill")).toHaveLength(blocks);
+      for (const p of r?.placements ?? []) expect(p.error, p.function).toBeUndefined();
+      for (const p of r?.placements ?? []) expect(p.ane + p.cpu + p.gpu).toBeGreaterThan(0);
+      expect(r?.prefillMs).toBeGreaterThan(0);
+      expect(r?.decodeMs).toBeGreaterThan(0);
+      expect(runner.prefillTokens).toBe(r?.keep ? 8 : undefined);
+      // a virtual Mac (hosted CI runners) has no Neural Engine: the backend says so, speed decides
+      if (!(await hasNeuralEngine())) {
+        expect(notices.some((m) => /no Neural Engine/.test(m))).toBe(true);
+        if (r?.keep) expect(r.reason).toMatch(/no ANE placement asked for/);
+      }
+      runner.dispose();
+      const again = await ChainRunner.load(dir, { backend: coreMLBackend() });
+      expect(again.prefillCheck).toMatchObject({ source: "recorded", keep: r?.keep });
+      again.dispose();
+    },
+    timeLimit(600_000),
+  );
 });
