@@ -420,7 +420,10 @@ export class MilInterpreter {
     for (const [param, bindings] of Object.entries(op.inputs)) {
       infos[param] = bindings.map((b): InputInfo => {
         if (b.kind === "value")
-          return { ...constInputInfo(b.value), value: () => cachedConst(b.value, this.weights, this.flushF16) };
+          return {
+            ...constInputInfo(b.value),
+            value: () => cachedConst(b.value, this.weights, this.flushF16),
+          };
         const slot = this.slot(b.name);
         inSlots.push(slot);
         const cv = this.slotConst.get(slot);

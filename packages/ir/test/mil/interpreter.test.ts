@@ -178,7 +178,11 @@ describe("MilInterpreter", () => {
     const zero = { x: f32t([1, 4], [0, 0, 0, 0]) };
     const kept = interpret(b.program(), zero, { precision: "fp16", outputs: "fp32" });
     expect(kept.nonFinite).toEqual([]);
-    const flushed = interpret(b.program(), zero, { precision: "fp16", flushSubnormals: true, outputs: "fp32" });
+    const flushed = interpret(b.program(), zero, {
+      precision: "fp16",
+      flushSubnormals: true,
+      outputs: "fp32",
+    });
     expect([...(flushed.outputs.l2.data as Float32Array)].every(Number.isNaN)).toBe(true);
     expect([...(flushed.outputs.ln.data as Float32Array)].every(Number.isNaN)).toBe(true);
     expect(flushed.firstNonFinite?.opType).toBe("rsqrt");
