@@ -75,7 +75,7 @@ describe.skipIf(!hasFixture(NAME))(`fp16 prefill of short chunks (${NAME})`, () 
         `T=${T} max |Δlogit| vs HF fp32 of the decode step after each tail 1…${T - 1}`,
         worst.toFixed(4),
       );
-      expect(worst).toBeLessThan(0.5);
+      expect(worst).toBeLessThan(0.15); // measured 0.060 (LUT-free fp16 weights, C 16)
     },
     timeLimit(600_000),
   );

@@ -43,9 +43,8 @@ export function scalar(value: number, like: MilVar): { data: number[]; dtype: Mi
 export const F16_MIN_NORMAL = 2 ** -14;
 
 /**
- * A norm's epsilon typed like `like`, floored at F16_MIN_NORMAL in fp16: Qwen3.5's 1e-6 is an fp16
- * subnormal, 0 on the ANE, and a zero row then normalises to 0·rsqrt(0) = NaN. fp32 graphs keep
- * the model's value.
+ * A norm's epsilon typed like `like`, floored at F16_MIN_NORMAL in fp16: a subnormal eps is 0 on
+ * the ANE, and a zero row then normalises to 0·rsqrt(0) = NaN. fp32 graphs keep the model's value.
  */
 export function epsilon(eps: number, like: MilVar): ReturnType<typeof scalar> {
   return scalar(like.dtype === "fp16" ? Math.max(eps, F16_MIN_NORMAL) : eps, like);
@@ -91,8 +90,12 @@ export function conv1x1(b: MilBuilder, x: MilVar, weight: MilVar, name: string):
 /**
  * RMSNorm along `axis` as layer_norm over concat([x, −x]): that tensor has mean exactly 0, so
  * layer_norm's (x − mean)/√(var + eps) is x/√(mean(x²) + eps) — and the ANE has a native
- * layer_norm but no RMSNorm. Keeps the first half, then scales by `gamma` (when given). In fp16
- * the epsilon is at least 2⁻¹⁴ (see `epsilon`).
+ * layer_norm but no RMSNorm. Keeps the first half, then scales by `gamma` (when given).
+ * An fp16 eps below 2⁻¹⁴ (Qwen3.5's 1e-6) would be flushed to 0 on the ANE, and a zero row would
+ * then be NaN; flooring it at 2⁻¹⁴ instead costs accuracy wherever mean(x²) is small (embeddings
+ * of std 0.02: ~15 % of it). So both halves are scaled by a power of two s with s²·eps ≥ 2⁻¹⁴ and
+ * layer_norm gets s²·eps — the same function exactly (RMSNorm(s·x) with s²·eps is RMSNorm(x) with
+ * eps), |x| up to 65504/s (8 188 for 1e-6).
  */
 export function rmsNormAne(
   b: MilBuilder,
@@ -102,9 +105,11 @@ export function rmsNormAne(
   const { axis, eps, gamma, name } = opts;
   const rank = x.shape.length;
   const ax = axis < 0 ? axis + rank : axis;
-  const neg = b.mul({ x, y: scalar(-1, x), name: `${name}_neg` });
-  const both = b.concat({ values: [x, neg], axis: ax, name: `${name}_cat` }); // C → 2C along axis
-  const normed = b.layerNorm({ x: both, axes: [ax], epsilon: epsilon(eps, x), name: `${name}_ln` });
+  const s = x.dtype === "fp16" ? normalEpsScale(eps) : 1;
+  const pos = s === 1 ? x : b.mul({ x, y: scalar(s, x), name: `${name}_scaled` });
+  const neg = b.mul({ x, y: scalar(-s, x), name: `${name}_neg` });
+  const both = b.concat({ values: [pos, neg], axis: ax, name: `${name}_cat` }); // C → 2C along axis
+  const normed = b.layerNorm({ x: both, axes: [ax], epsilon: epsilon(eps * s * s, x), name: `${name}_ln` });
   const end = [...x.shape];
   const half = b.sliceByIndex({
     x: normed,
@@ -113,6 +118,13 @@ export function rmsNormAne(
     name: `${name}_half`,
   });
   return gamma ? b.mul({ x: half, y: gamma, name }) : half;
+}
+
+/** The least power of two s with s²·eps a normal fp16 number (1 when eps is one, or 0). */
+function normalEpsScale(eps: number): number {
+  let s = 1;
+  while (eps > 0 && eps * s * s < F16_MIN_NORMAL) s *= 2;
+  return s;
 }
 
 /**
