@@ -5,7 +5,8 @@
  * Two forms of the same recurrence (gdn.ts is the one-token step):
  *   chunked: the WY (chunked delta rule) form over sub-chunks of C tokens — per head, with
  *            g the log decays, Γ = L·g (cumulative sum as a matmul by the constant lower
- *            triangle L), A = strict-lower((β⊙K)·Kᵀ ⊙ exp(Γᵢ − Γⱼ)):
+ *            triangle L), Γᵢ − Γⱼ formed as the segment sum Σ_{j<k≤i} g_k = L·(g ⊙ strict-lower)
+ *            (never as a difference: fp16 cancellation), A = strict-lower((β⊙K)·Kᵀ ⊙ exp(Γᵢ − Γⱼ)):
  *              Tinv = (I + A)⁻¹          a fixed product (I − A)(I + A²)(I + A⁴)… (A is
  *                                        nilpotent: A^C = 0, so ⌈log₂ C⌉ factors are exact)
  *              U = Tinv·(β⊙V),  W = Tinv·(β⊙exp(Γ)⊙K),  V′ = U − W·S
@@ -187,11 +188,17 @@ function wyRule(w: GraphWeights, x: DeltaInputs, wy: number): { o: MilVar; rec: 
     const [q, k, v, beta, g] = [x.q, x.k, x.v, x.beta, x.g].map((t, i) =>
       rowsOf(w, t, c * C, (c + 1) * C, `${n}${["q", "k", "v", "beta", "g"][i]}`),
     );
-    // Γ = L·g (cumulative log decay); Γᵢ − Γⱼ masked to the lower triangle before exp (no overflow above it)
+    // Γ = L·g (cumulative log decay) for exp(Γᵢ) ≤ 1; the decay from j to i, exp(Γᵢ − Γⱼ), from the
+    // segment sums Γᵢⱼ = Σ_{j<k≤i} g_k formed directly — L·(g ⊙ strict-lower), each a sum of
+    // same-sign terms (g ≤ 0) — not as a difference of two cumulative sums, which reach |1 000| in a
+    // 64-token sub-chunk and cancel in fp16 (ulp 0.5 there; Mamba-2's segsum, FLA keeps it fp32)
     const G = b.matmul({ x: Lincl, y: g, name: `${n}G` }); // [1, Hv, C, 1]
-    const Grow = b.reshape({ x: G, shape: [1, G.shape[1], 1, C], name: `${n}G_row` });
-    const diff = b.mul({ x: b.sub({ x: G, y: Grow, name: `${n}G_diff` }), y: Lincl, name: `${n}G_low` });
-    const decay = b.exp({ x: diff, name: `${n}decay` }); // exp(Γᵢ − Γⱼ) below the diagonal, 1 above
+    const seg = b.matmul({
+      x: Lincl,
+      y: b.mul({ x: g, y: Lstrict, name: `${n}g_low` }), // [k, j] = g_k for j < k
+      name: `${n}seg`,
+    }); // [1, Hv, C, C]: Σ_{j<k≤i} g_k, 0 on and above the diagonal (an empty sum)
+    const decay = b.exp({ x: seg, name: `${n}decay` }); // ≤ 1 below the diagonal, 1 on and above
     const kb = b.mul({ x: k, y: beta, name: `${n}kb` });
     const A = b.mul({
       x: b.matmul({ x: kb, y: k, transposeY: true, name: `${n}kbk` }),
@@ -222,7 +229,12 @@ function wyRule(w: GraphWeights, x: DeltaInputs, wy: number): { o: MilVar; rec: 
     outs.push(b.add({ x: inter, y: b.matmul({ x: qk, y: Vp, name: `${n}intra` }), name: `${n}o` }));
     // S ← exp(Γ_C)·S + (exp(Γ_C − Γ)⊙K)ᵀ·V′
     const Glast = rowsOf(w, G, C - 1, C, `${n}G_last`); // [1, Hv, 1, 1]
-    const tailDecay = b.exp({ x: b.sub({ x: Glast, y: G, name: `${n}G_tail` }), name: `${n}tail_decay` }); // ≤ 1
+    const segLast = b.reshape({
+      x: rowsOf(w, seg, C - 1, C, `${n}seg_last`), // [1, Hv, 1, C]: Γ_C − Γⱼ as its own segment sum
+      shape: [1, seg.shape[1], C, 1],
+      name: `${n}G_tail`,
+    });
+    const tailDecay = b.exp({ x: segLast, name: `${n}tail_decay` }); // ≤ 1
     const kd = b.mul({ x: k, y: tailDecay, name: `${n}kd` });
     S = b.add({
       x: b.mul({ x: S, y: b.exp({ x: Glast, name: `${n}eG_last` }), name: `${n}S_decay` }),
