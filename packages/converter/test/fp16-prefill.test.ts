@@ -94,7 +94,7 @@ describe.skipIf(!hasFixture(NAME))(`fp16 prefill of short chunks (${NAME})`, () 
       const hiddenIn = parts.sb.prefill?.io.inputs.find((t) => t.role.kind === "hidden_in")?.name as string;
       /** The chain, its super-block's prefill hidden rows n … T − 1 overwritten by `pad` (undefined: the protocol's own). */
       const prefilled = async (pad?: (i: number, d: number) => number) => {
-        const nonFinite: NonFiniteReport[] = [];
+        const nonFinite: (NonFiniteReport & { component: string })[] = [];
         const sb = component("sb", parts.sb, opts, nonFinite);
         const pf = sb.prefill as NonNullable<typeof sb.prefill>;
         const repad = (h: Tensor): Tensor => {

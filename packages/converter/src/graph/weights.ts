@@ -10,7 +10,6 @@ import { AnemllError, f16BitsToF32, type Tensor } from "@anemll-qwen35/core";
 import { type Qwen35Config, type Qwen35Parameter, qwen35ParameterMap } from "@anemll-qwen35/ir/checkpoint";
 import type { MilBuilder, MilData, MilDType, MilVar } from "@anemll-qwen35/ir/mil";
 import { WeightEncodingError } from "../errors.js";
-import { flushF16Bits, flushF16Values } from "./ane.js";
 import {
   type EncodedWeight,
   type EncodeOptions,
@@ -20,6 +19,7 @@ import {
   rowsFloat32,
 } from "../quant/encode.js";
 import type { QuantPlan } from "../quant/plan.js";
+import { flushF16Bits, flushF16Values } from "./ane.js";
 
 /**
  * Where weights come from: canonical names (see ir's checkpoint/weights.ts) → stored tensors.
