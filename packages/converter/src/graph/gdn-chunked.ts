@@ -270,8 +270,9 @@ function inverseConstants(w: DeltaBuilder, C: number): InverseConstants {
  */
 function blockedInverse(b: MilBuilder, A: MilVar, k: InverseConstants, name: string): MilVar {
   const C = A.shape[2];
-  // s = 1: T₁ = I, so T₂ = I − A ⊙ M₁
-  let Tinv = b.sub({ x: k.eye, y: b.mul({ x: A, y: k.masks[0], name: `${name}A_m1` }), name: `${name}inv2` });
+  // s = 1: T₁ = I, so T₂ = I − A ⊙ M₁ (C = 1: A is 0, the inverse I)
+  const first = C === 1 ? A : b.mul({ x: A, y: k.masks[0], name: `${name}A_m1` });
+  let Tinv = b.sub({ x: k.eye, y: first, name: `${name}inv2` });
   for (let s = 2, level = 1; s < C; s *= 2, level++) {
     const off = b.mul({ x: A, y: k.masks[level], name: `${name}A_m${s}` });
     const right = b.matmul({ x: off, y: Tinv, name: `${name}inv${s}_r` });
