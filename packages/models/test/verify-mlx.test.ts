@@ -3,11 +3,12 @@
  * passes on every dense fixture in fp32, and a conversion with one weight scaled in one super-block
  * package fails, naming that super-block.
  */
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
 import { mlxAvailable } from "@anemll-qwen35/runtime-mlx";
+import { scaleCheckpointTensor } from "@anemll-qwen35/testkit";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { afterAll, describe, expect, it } from "vitest";
 import { DEFAULT_MAX_DRIFT, ModelLoadError, verifyAgainstMlx } from "../src/index.js";
@@ -21,25 +22,6 @@ const plain = { kind: "none" } as const;
 async function convertFp32(model: string, out: string): Promise<string> {
   await convert({ model, out, ctx: 128, fuse: 1, dtype: "fp32", body: plain, lmHead: plain, embed: plain });
   return out;
-}
-
-/** Multiplies the bf16 tensor `name` of the checkpoint folder `dir` by `factor`, in place. */
-function scaleTensor(dir: string, name: string, factor: number): void {
-  const index = JSON.parse(readFileSync(join(dir, "model.safetensors.index.json"), "utf8"));
-  const file = join(dir, index.weight_map[name]);
-  const bytes = readFileSync(file);
-  const headerLength = Number(bytes.readBigUInt64LE(0));
-  const info = JSON.parse(bytes.subarray(8, 8 + headerLength).toString("utf8"))[name];
-  expect(info.dtype).toBe("BF16");
-  const [start, end] = info.data_offsets.map((o: number) => 8 + headerLength + o);
-  const f32 = new Float32Array(1);
-  const u32 = new Uint32Array(f32.buffer);
-  for (let at = start; at < end; at += 2) {
-    u32[0] = bytes.readUInt16LE(at) << 16;
-    f32[0] *= factor;
-    bytes.writeUInt16LE(u32[0] >>> 16, at);
-  }
-  writeFileSync(file, bytes);
 }
 
 describe.runIf(mlxAvailable().available)("verifyAgainstMlx", () => {
@@ -80,7 +62,7 @@ describe.runIf(mlxAvailable().available)("verifyAgainstMlx", () => {
       const bad = join(work, "tiny-tied-scaled");
       cpSync(join(FIXTURES, "tiny-tied"), bad, { recursive: true });
       // layer 5 is in the second super-block (layers 4–7)
-      scaleTensor(bad, "model.language_model.layers.5.mlp.down_proj.weight", 1.25);
+      scaleCheckpointTensor(bad, "model.language_model.layers.5.mlp.down_proj.weight", 1.25);
       const chain = await convertFp32(bad, join(work, "scaled-chain"));
       const r = await verifyAgainstMlx(chain, {
         backend: "reference",
