@@ -15,7 +15,6 @@ import {
   existsSync,
   mkdirSync,
   mkdtempSync,
-  readdirSync,
   readFileSync,
   rmSync,
   writeFileSync,
@@ -24,6 +23,7 @@ import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { packAll, publicPackages } from "./pack.mjs";
 import { documentedNames } from "./readme-api.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -50,21 +50,6 @@ function run(cmd, args, o = {}) {
     );
   }
   return r.stdout;
-}
-
-/** Public workspace packages: name, folder, and the subpaths they export. */
-function publicPackages() {
-  const out = [];
-  for (const group of ["packages", "apps"]) {
-    for (const d of readdirSync(join(root, group))) {
-      const dir = join(root, group, d);
-      if (!existsSync(join(dir, "package.json"))) continue;
-      const pj = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
-      if (pj.private) continue;
-      out.push({ name: pj.name, dir, exports: Object.keys(pj.exports ?? {}), bin: pj.bin });
-    }
-  }
-  return out;
 }
 
 /** The site-packages mlx folder of the repository's .venv, so that runtime-mlx's install builds its addon. */
@@ -173,9 +158,7 @@ try {
   const pkgs = publicPackages();
   step(`packing ${pkgs.length} public packages`);
   const tarDir = join(work, "tarballs");
-  mkdirSync(tarDir);
-  for (const p of pkgs) run("pnpm", ["pack", "--pack-destination", tarDir], { cwd: p.dir });
-  const tarballs = readdirSync(tarDir).map((f) => join(tarDir, f));
+  const tarballs = packAll(tarDir); // as the README's install from tarballs does
   if (tarballs.length !== pkgs.length)
     throw new Error(`expected ${pkgs.length} tarballs, got ${tarballs.length}`);
 
