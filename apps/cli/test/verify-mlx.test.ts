@@ -58,6 +58,9 @@ it(
     const noGolden = await cli("verify", chain, "--golden", work);
     expect(noGolden.code).toBe(2);
     expect(noGolden.stderr).toMatch(/no golden outputs found in/);
+    const coremlGolden = await cli("verify", chain, "--against", "golden", "--backend", "coreml");
+    expect(coremlGolden.code).toBe(2);
+    expect(coremlGolden.stderr).toMatch(/--backend coreml is for --against mlx/);
   },
   timeLimit(180_000),
 );

@@ -50,7 +50,6 @@ export function registerVerify(program: Command, ctx: Context): void {
       "--backend <b>",
       "--against mlx: the chain's backend (auto: coreml where it runs, else reference); against goldens it is reference",
       choice("--backend", ["auto", "coreml", "reference"] as const),
-      "auto",
     )
     .option(
       "--precision <p>",
@@ -95,6 +94,11 @@ export function registerVerify(program: Command, ctx: Context): void {
         o.against ??
         (goldens || o.golden !== undefined ? "golden" : mlxAvailable().available ? "mlx" : undefined);
       if (against === "mlx") return verifyMlx(ctx, dir, o, o.against === undefined);
+      if (o.backend !== undefined && o.backend !== "reference") {
+        throw new UsageError(
+          `--backend ${o.backend} is for --against mlx: verify against goldens runs the reference backend`,
+        );
+      }
       if (!goldens) {
         const mlx = mlxAvailable();
         throw new UsageError(
@@ -191,7 +195,7 @@ async function verifyMlx(
   dir: string,
   o: {
     checkpoint?: string;
-    backend: "auto" | "coreml" | "reference";
+    backend?: "auto" | "coreml" | "reference";
     precision: "fp32" | "fp16";
     tokenByToken?: boolean;
     decodeSteps: number;
