@@ -57,6 +57,32 @@ describe.runIf(mlxAvailable().available)("verifyAgainstMlx", () => {
   }
 
   it(
+    "checks an fp16 program (fp16 chain, fp16 interpreter as the ANE rounds) against MLX in float32",
+    async () => {
+      const chain = join(work, "tiny-trained-fp16");
+      await convert({
+        model: join(FIXTURES, "tiny-trained"),
+        out: chain,
+        ctx: 128,
+        fuse: 1,
+        dtype: "fp16",
+        body: plain,
+        lmHead: plain,
+        embed: plain,
+      });
+      const r = await verifyAgainstMlx(chain, { backend: "reference", precision: "fp16" });
+      expect(r.arithmetic).toBe("fp16");
+      expect(r.thresholds.maxDrift).toBe(DEFAULT_MAX_DRIFT.fp16);
+      expect(r.passed).toBe(true);
+      // fp16's rounding shows, well above fp32's and below the threshold
+      const worst = Math.max(...r.superBlocks.map((b) => b.maxDrift));
+      expect(worst).toBeGreaterThan(1e-4);
+      expect(worst).toBeLessThan(DEFAULT_MAX_DRIFT.fp16);
+    },
+    timeLimit(120_000),
+  );
+
+  it(
     "flags a conversion with one weight scaled in sb_01 by the name of that super-block",
     async () => {
       const bad = join(work, "tiny-tied-scaled");
