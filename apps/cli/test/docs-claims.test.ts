@@ -88,6 +88,19 @@ describe("what the documents say the code does", () => {
     });
   });
 
+  it("runtime-ane's memory figures are bench/prefill-memory.ts's, prefill included", () => {
+    const result = JSON.parse(read("packages/runtime-ane/bench/results/prefill-memory.json"));
+    const text = read("packages/runtime-ane/README.md").replace(/\s+/g, " ");
+    const gb = (row: { peakRssBytes: number }) => `**${(row.peakRssBytes / 1024 ** 3).toFixed(2)} GB**`;
+    const row = (tokens: number, mode: string) =>
+      result.rows.find(
+        (r: { promptTokens: number; mode: string }) => r.promptTokens === tokens && r.mode === mode,
+      );
+    expect(text).toContain(`${gb(row(4, "token-by-token"))} decoding after a 4-token prompt`);
+    expect(text).toContain(`${gb(row(198, "token-by-token"))} after a 198-token prompt token by token`);
+    expect(text).toContain(`${gb(row(198, "batched"))} after the same prompt through the prefill function`);
+  });
+
   it("verify --against mlx's drift thresholds in the CLI README are the code's", () => {
     const text = read("apps/cli/README.md").replace(/\s+/g, " ");
     expect(text).toContain(`default ${DEFAULT_MAX_DRIFT.fp32.toExponential()}`);
