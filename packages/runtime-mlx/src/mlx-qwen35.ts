@@ -351,7 +351,6 @@ export class MlxQwen35 implements SpeculativeStepModel, AsyncDisposable {
       throw new InvalidArgumentError(
         "a model split across ranks cannot snapshot its state (the other ranks hold it)",
       );
-    this.dropSpeculation();
     const snap = new MlxSnapshot(this, this.pos, {
       gdn: this.gdn.map(gdnHandle),
       kv: this.kv.map((c) => c?.snapshot(this.pos)),
@@ -408,6 +407,7 @@ export class MlxQwen35 implements SpeculativeStepModel, AsyncDisposable {
     if (this.pos + 1 > this.contextLength) throw new ContextOverflowError(this.pos + 1, this.contextLength);
     this.busy = true;
     try {
+      this.dropVerified();
       const hit = this.lastArgmax === id;
       if (this.options.pipeline === "auto") this.speculateNext = hit;
       let step: StepArrays;
@@ -832,6 +832,11 @@ export class MlxQwen35 implements SpeculativeStepModel, AsyncDisposable {
   private dropSpeculation(): void {
     if (this.spec) this.discard(this.spec);
     this.spec = undefined;
+    this.dropVerified();
+  }
+
+  /** Forgets the last verify: once the state moved another way, its rows no longer apply. */
+  private dropVerified(): void {
     const v = this.verified;
     this.verified = undefined;
     if (v) mx.dispose([v.normed, ...v.rows.flatMap((r) => r?.flatMap(gdnStateArrays) ?? [])]);

@@ -4,6 +4,7 @@
  * prefill and by speculative accepts), its recursive drafts, and greedy speculative generation
  * token-for-token equal to plain generation (prefill chunk edges, the prompt cache).
  */
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   generate,
@@ -143,6 +144,21 @@ describeMlx("the MTP head on MLX (tiny-trained, fp32) against the oracle", () =>
     expect(maxAbsDiff(logitsOf(next), g.decodeLogits, 2 * V, V)).toBeLessThanOrEqual(TOL);
   });
 
+  it("a verify nobody accepts changes nothing: decode continues as plain, accept is refused", async () => {
+    const g = readGolden("tiny-trained");
+    const P = g.promptIds.length;
+    model.reset();
+    await model.prefill(g.promptIds);
+    await model.verify([g.generatedIds[0], 5, 6, 7]);
+    const next = await model.decode(g.generatedIds[0]);
+    expect(maxAbsDiff(logitsOf(next), g.decodeLogits, 0, V)).toBeLessThanOrEqual(TOL);
+    expect(model.position).toBe(P + 1);
+    await expect(model.accept(2)).rejects.toThrow(/no verify to accept/);
+    await expect(model.verify([])).rejects.toThrow(/takes 1 to/);
+    await expect(model.draft(1, 0, greedyPick)).rejects.toThrow(/gamma must be/);
+    await expect(model.verify([V + 5])).rejects.toThrow(/not an integer in/);
+  });
+
   it("snapshot/restore carries the head's cache", async () => {
     const g = readMtp("golden");
     model.reset();
@@ -157,6 +173,37 @@ describeMlx("the MTP head on MLX (tiny-trained, fp32) against the oracle", () =>
     expect(b.ids).toEqual(a.ids);
     expect(maxAbsDiff(logitsOf(b.outputs[2]), logitsOf(a.outputs[2]))).toBe(0);
   });
+});
+
+describeMlx("speculative rounds on MLX do not leak", () => {
+  it("active memory stays flat over 200 draft/verify/accept rounds (preallocated KV caches)", async () => {
+    await using model = await loadMlxModel(DIR, {
+      dtype: "float32",
+      contextLength: 1100,
+      kvCache: { preallocate: true },
+    });
+    // the prompt from the JSON golden: typed arrays read from MLX arrays hold MLX memory until GC
+    const doc = JSON.parse(readFileSync(join(DIR, "golden-mtp.json"), "utf8")) as {
+      golden: { ids: number[]; n_prompt_tokens: number };
+    };
+    let next = argmax(logitsOf(await model.prefill(doc.golden.ids.slice(0, doc.golden.n_prompt_tokens))));
+    let at30 = 0;
+    let state30 = 0;
+    for (let round = 1; round <= 200; round++) {
+      const { ids } = await model.draft(next, 3, greedyPick);
+      const rows = await model.verify([next, ...ids]);
+      const n = 1 + (round % 4); // every accepted length
+      await model.accept(n);
+      next = argmax(logitsOf(rows[n - 1]));
+      if (round === 30) {
+        at30 = mx.getActiveMemory();
+        state30 = model.memory().stateBytes;
+      }
+    }
+    expect(model.memory().stateBytes).toBe(state30);
+    // one-sided: a leak grows; a garbage collection (other tests' typed arrays) may only shrink it
+    expect(mx.getActiveMemory() - at30).toBeLessThan(64 * 1024);
+  }, 240_000);
 });
 
 describeMlx("greedy speculative generation on MLX is plain generation", () => {
