@@ -238,6 +238,25 @@ describeMlx("greedy speculative generation on MLX is plain generation", () => {
     }
   }, 300_000);
 
+  it("sampled speculative generation runs on the real head: reproducible per seed, drafts accepted", async () => {
+    const tokenizer = await loadTokenizer(DIR);
+    await using model = await loadMlxModel(DIR, { dtype: "float32" });
+    const run = (seed: number) =>
+      generate(model, tokenizer, {
+        prompt: "And Naomi said",
+        maxTokens: 24,
+        eosTokenIds: [],
+        sampling: { temperature: 0.8, topP: 0.95, seed },
+        speculative: "mtp",
+        gamma: 3,
+      });
+    const [a, b, c] = [await run(1), await run(1), await run(2)];
+    expect(a.tokenIds).toHaveLength(24);
+    expect(b.tokenIds).toEqual(a.tokenIds);
+    expect(c.tokenIds).not.toEqual(a.tokenIds);
+    expect(a.stats.speculative!.acceptedTokens).toBeGreaterThan(0);
+  }, 60_000);
+
   it("a fixture without a head: E_SPECULATIVE_UNSUPPORTED", async () => {
     const tokenizer = await loadTokenizer(fixtureDir("tiny-gqa"));
     await using model = await loadMlxModel(fixtureDir("tiny-gqa"), { dtype: "float32" });
