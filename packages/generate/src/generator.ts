@@ -498,6 +498,11 @@ class GenerationImpl implements Generation {
           };
           const drafts = (await sm.draft(id, gamma, pick, { signal })).ids;
           const rows = await sm.verify([id, ...drafts], { signal });
+          if (drafts.length < 1 || drafts.length > gamma || rows.length !== drafts.length + 1) {
+            throw new Error(
+              `speculative: the model drafted ${drafts.length} of ${gamma} tokens and verified ${rows.length} rows of ${drafts.length + 1}`,
+            );
+          }
           decodeMs += performance.now() - td;
           spec!.calls++;
           spec!.drafted += drafts.length;
