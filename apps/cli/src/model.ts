@@ -24,6 +24,7 @@ export interface ModelOptions {
   ctx?: number;
   dtype?: "float32" | "bfloat16" | "float16";
   bits?: 4 | 8;
+  recheck?: boolean;
   speculative?: "mtp";
   gamma?: number;
 }
@@ -59,6 +60,10 @@ export function addModelOptions(cmd: Command): Command {
       "--context-overflow ring: KV rows that keep the first tokens (attention sinks; default 4)",
       int("--ring-sinks", 0),
     )
+    .option(
+      "--recheck",
+      "converted chains on Core ML: check the prefill function again (placement by MLComputePlan, one call timed against T decode steps) instead of using the verdict recorded beside the model",
+    )
     .option("--tokenizer <dir>", "folder with tokenizer.json, if not the model's own (relative to here)")
     .option("--ctx <n>", "mlx backend: most tokens per sequence (default: the checkpoint's)", int("--ctx", 1))
     .option(
@@ -91,9 +96,20 @@ export function loadOptions(o: ModelOptions, notice: (s: string) => void): LoadM
     contextLength: o.ctx,
     dtype: o.dtype,
     bits: o.bits,
+    ...(o.recheck ? { prefillCheck: "recheck" as const } : {}),
     speculative: o.speculative,
     gamma: o.gamma,
     onProgress: (e) => {
+      if (e.stage === "notice") notice(e.message);
+      if (e.stage === "prefill-check") {
+        const r = e.result;
+        if (r.source === "checked") {
+          notice(`prefill check: ${r.reason}`);
+          for (const w of r.warnings) notice(`prefill check: ${w}`);
+        } else if (!r.keep) {
+          notice(`prefill check (recorded ${r.checkedAt}, --recheck to measure again): ${r.reason}`);
+        }
+      }
       if (e.stage === "compile" && e.state === "start")
         notice(`compiling ${e.component} for Core ML (the first ANE compile can take minutes)…`);
       if (e.stage === "verify") notice(`checking ${e.component} against model.json's sha256 (once)…`);

@@ -133,7 +133,11 @@ async function loadChain(
     o.onProgress?.({ stage: "compile", component: e.component, state: e.stage, seconds: e.seconds });
   const raw =
     name === "coreml"
-      ? coreMLBackend({ computeUnits: o.computeUnits, onCompile })
+      ? coreMLBackend({
+          computeUnits: o.computeUnits,
+          onCompile,
+          onNotice: (message) => o.onProgress?.({ stage: "notice", message }),
+        })
       : referenceBackend({ precision: o.precision ?? "fp32" });
   const backend = o.wrapBackend ? o.wrapBackend(raw) : raw;
   const manifest = await readChainManifest(dir);
@@ -142,6 +146,7 @@ async function loadChain(
     contextOverflow: o.contextOverflow ?? "error",
     ringSinks: o.ringSinks,
     prefillFunction: o.prefillFunction,
+    prefillCheck: o.prefillCheck,
     onProgress: (e) => o.onProgress?.(e),
     signal: o.signal,
   });

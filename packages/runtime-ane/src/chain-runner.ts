@@ -26,6 +26,7 @@ import {
 } from "@anemll-qwen35/ir/chain";
 import type { Backend, ComponentState, LoadedComponent } from "./backend.js";
 import { loadHostEmbedding } from "./host-embedding.js";
+import { PrefillCheck, type PrefillCheckMode, type PrefillCheckResult } from "./prefill-check.js";
 
 export interface LoadChainOptions {
   backend: Backend;
@@ -48,6 +49,13 @@ export interface LoadChainOptions {
    */
   prefillFunction?: boolean;
   /**
+   * On a backend that can tell where ops run (Core ML), whether the prefill function is checked
+   * before it is trusted (prefill-check.ts): "recorded" (default) uses the verdict recorded beside
+   * the model for these packages on this machine, else checks and records; "recheck" checks again;
+   * "off" trusts model.json.
+   */
+  prefillCheck?: PrefillCheckMode;
+  /**
    * Check every package against model.json's sha256 before loading (default true; digests are
    * cached by the packages' inodes, sizes, mtimes and ctimes, see ir/chain's verifyChainPackages).
    */
@@ -55,7 +63,11 @@ export interface LoadChainOptions {
   onProgress?: (
     event:
       | { stage: "load"; component: string; index: number; total: number }
-      | { stage: "verify"; component: string },
+      | { stage: "verify"; component: string }
+      /** The prefill check's verdict (once per load of a chain with a prefill function). */
+      | { stage: "prefill-check"; result: PrefillCheckResult }
+      /** Something the user should know that does not stop the load. */
+      | { stage: "notice"; message: string },
   ) => void;
   signal?: AbortSignal;
 }
@@ -121,6 +133,7 @@ export class ChainRunner implements StepModel {
   readonly backend: Backend;
   readonly contextLength: number;
   readonly outputKind: "logits" | "top1";
+  private checked: PrefillCheckResult | undefined;
   private readonly components: readonly LoadedComponent[];
   private readonly stepper: ChainStepper;
   private readonly overflow: ContextOverflow;
@@ -163,8 +176,12 @@ export class ChainRunner implements StepModel {
     this.slideKeep = o.slideKeep ?? 0.5;
   }
 
-  /** Reads model.json, checks the packages' digests and loads every package through the backend. */
-  static async load(dir: string, options: LoadChainOptions): Promise<ChainRunner> {
+  /**
+   * Reads model.json, checks the packages' digests and loads every package through the backend;
+   * on a backend with a function-check seam, checks the prefill function first (prefillCheck).
+   */
+  static async load(dir: string, loadOptions: LoadChainOptions): Promise<ChainRunner> {
+    let options = loadOptions;
     const manifest = await readChainManifest(dir);
     if (options.verify !== false) {
       await verifyChainPackages(dir, manifest, {
@@ -173,6 +190,18 @@ export class ChainRunner implements StepModel {
         signal: options.signal,
       });
     }
+    const check =
+      options.prefillFunction === false
+        ? undefined
+        : await PrefillCheck.open(
+            dir,
+            manifest,
+            options.backend.functionCheck,
+            options.prefillCheck ?? "recorded",
+            (message) => options.onProgress?.({ stage: "notice", message }),
+          );
+    // a recorded fallback: the prefill functions are not loaded at all
+    if (check?.recorded?.keep === false) options = { ...options, prefillFunction: false };
     const loaded: LoadedComponent[] = [];
     try {
       for (const [index, entry] of manifest.components.entries()) {
@@ -210,7 +239,68 @@ export class ChainRunner implements StepModel {
       for (const c of loaded) c.dispose();
       throw err;
     }
-    return new ChainRunner(dir, manifest, options.backend, loaded, options);
+    const runner = new ChainRunner(dir, manifest, options.backend, loaded, options);
+    return check ? ChainRunner.checkPrefill(runner, check, options) : runner;
+  }
+
+  /**
+   * The prefill check after the load (prefill-check.ts): the seam is told every function loaded,
+   * one prefill call is timed against T decode steps, and on a fallback the chain is loaded again
+   * without its prefill functions (their weight copies go); a recorded verdict needs none of it.
+   */
+  private static async checkPrefill(
+    first: ChainRunner,
+    check: PrefillCheck,
+    options: LoadChainOptions,
+  ): Promise<ChainRunner> {
+    let runner = first;
+    let result = check.recorded;
+    const seam = options.backend.functionCheck;
+    const T = runner.prefillTokens;
+    if (!result && seam && T !== undefined) {
+      try {
+        for (const entry of runner.manifest.components) {
+          if (entry.kind === "embed") continue; // read on the host
+          const path = join(runner.dir, entry.file);
+          const fn = { component: entry.name, sha256: entry.sha256 };
+          const role = entry.kind === "lm_head" ? "head" : "decode";
+          await check.functionLoaded(seam, path, { ...fn, functionName: entry.function, role });
+          if (entry.prefill)
+            await check.functionLoaded(seam, path, {
+              ...fn,
+              functionName: entry.prefill.function,
+              role: "prefill",
+            });
+        }
+        const stepper = runner.stepper;
+        result = await check.decide(seam, T, {
+          prefill: async () => {
+            await stepper.prefill(new Array<number>(T).fill(0), 0, false);
+          },
+          decode: async (p) => {
+            await stepper.step(0, p, false);
+          },
+          reset: () => stepper.reset(),
+        });
+      } catch (err) {
+        runner.dispose();
+        throw err;
+      }
+      if (!result.keep) {
+        runner.dispose();
+        runner = await ChainRunner.load(runner.dir, { ...options, prefillFunction: false, verify: false });
+      }
+    }
+    if (result) {
+      runner.checked = result;
+      options.onProgress?.({ stage: "prefill-check", result });
+    }
+    return runner;
+  }
+
+  /** The prefill check's verdict at load (undefined where none ran: see LoadChainOptions.prefillCheck). */
+  get prefillCheck(): PrefillCheckResult | undefined {
+    return this.checked;
   }
 
   get position(): number {
