@@ -31,6 +31,7 @@ import {
   fp16Random,
   linearModel,
   lutModel,
+  mainModel,
   materialise,
   multifunctionModel,
   op,
@@ -47,12 +48,7 @@ const fresh = (name = "m") => join(dir, `${name}${n++}.mlpackage`);
 const modelFile = (p: string) => join(p, "Data/com.apple.CoreML/model.mlmodel");
 const weightFile = (p: string) => join(p, "Data/com.apple.CoreML/weights/weight.bin");
 /** A model with no inputs whose one output is the constant `c`. */
-const constModel = (value: ConstValue) =>
-  singleFunctionModel({
-    inputs: [],
-    opset: "CoreML8",
-    block: { inputs: [], outputs: ["c"], operations: [constValueOp("c", value)] },
-  });
+const constModel = (value: ConstValue) => mainModel([], ["c"], [constValueOp("c", value)]);
 
 async function expectRejects(
   p: Promise<unknown>,
