@@ -115,41 +115,25 @@ describe("safetensors round trip", () => {
     const a = tensor("bf16", [3], Uint16Array.from([1, 2, 3]));
     const b = tensor("f32", [1], Float32Array.from([4]));
     const c = tensor("u8", [1], Uint8Array.from([5]));
-    await writeSafetensors(join(dir, "1"), [
-      { name: "c", tensor: c },
-      { name: "a", tensor: a },
-      { name: "b", tensor: b },
-    ]);
-    await writeSafetensors(join(dir, "2"), [
-      { name: "b", tensor: b },
-      { name: "c", tensor: c },
-      { name: "a", tensor: a },
-    ]);
+    const tensors = { a, b, c };
+    /** Writes file `name` in `dir`, declaring the tensors in the order of the letters in `names`. */
+    const write = (name: string, names: string, options?: Parameters<typeof writeSafetensors>[2]) =>
+      writeSafetensors(
+        join(dir, name),
+        [...names].map((n) => ({ name: n, tensor: tensors[n as keyof typeof tensors] })),
+        options,
+      );
+    await write("1", "cab");
+    await write("2", "bca");
     expect(await readFile(join(dir, "1"))).toEqual(await readFile(join(dir, "2")));
     const orderIn = async (file: string) => {
       await using f = await SafetensorsFile.open(file);
       return f.names();
     };
     expect(await orderIn(join(dir, "1"))).toEqual(["a", "b", "c"]);
-    await writeSafetensors(
-      join(dir, "3"),
-      [
-        { name: "c", tensor: c },
-        { name: "a", tensor: a },
-        { name: "b", tensor: b },
-      ],
-      { order: "given" },
-    );
+    await write("3", "cab", { order: "given" });
     expect(await orderIn(join(dir, "3"))).toEqual(["c", "a", "b"]);
-    await writeSafetensors(
-      join(dir, "4"),
-      [
-        { name: "a", tensor: a },
-        { name: "c", tensor: c },
-        { name: "b", tensor: b },
-      ],
-      { order: "aligned" },
-    );
+    await write("4", "acb", { order: "aligned" });
     expect(await orderIn(join(dir, "4"))).toEqual(["b", "a", "c"]);
     await using f4 = await SafetensorsFile.open(join(dir, "4"));
     for (const name of ["a", "b", "c"]) {
