@@ -91,6 +91,8 @@ export class SuperblockIO {
   private readonly states: IoTensor[] = [];
   /** The verify function: each GDN layer's starting state (what it returns as gdn{L}_*_out). */
   private readonly selected = new Map<number, GdnStateIn>();
+  /** Rows of the verify function (k + 1), 0 without an MTP head. */
+  private readonly verifyRows: number;
   /** mlstate: the state, its one read, and the bounds of this step's one write. */
   private readonly kvState?: { state: MilVar; read: MilVar; begin: MilVar; end: MilVar };
 
@@ -143,9 +145,12 @@ export class SuperblockIO {
       wyChunk: prefill.wyChunk,
       rowStates: prefill.verify,
     };
-    const select = prefill?.verify
-      ? input({ name: "select", dtype: dt, shape: [T + 1, 1, 1, 1], role: { kind: "row_select" } })
-      : undefined;
+    // a chain with an MTP head: every function starts from the state `select` picks, so that the
+    // accepted end of a verify is committed by the next call, whichever function it is
+    const V = o.verifyTokens > 0 ? o.verifyTokens + 1 : 0;
+    this.verifyRows = V;
+    const select =
+      V > 0 ? input({ name: "select", dtype: dt, shape: [V + 1, 1, 1, 1], role: { kind: "row_select" } }) : undefined;
     const gdn = this.declareGdnStates(cfg, select);
     if (o.state === "mlstate") this.kvState = this.declareKvState(cfg);
     const kv = this.declareKvCaches(cfg);
@@ -163,7 +168,8 @@ export class SuperblockIO {
   /**
    * Each GDN layer's conv window and recurrent state, in and out of the step; with `select` (the
    * verify function) also the last verify's per-row states, and the state the step starts from is
-   * the one `select` picks (one-hot: products by 0 and 1 and a sum of zeros are exact in fp16).
+   * the one `select` picks (one-hot: products by 0 and 1 and a sum of zeros are exact in fp16);
+   * every function of a chain with an MTP head has them, only the verify function returns rows.
    */
   private declareGdnStates(cfg: Qwen35Config, select?: MilVar): Map<number, GdnStateIn> {
     const dt = this.o.dtype;
@@ -186,14 +192,15 @@ export class SuperblockIO {
         continue;
       }
       const rows = (part: "conv" | "rec", kept: MilVar) => {
-        const shape = [this.T, ...kept.shape.slice(1)];
+        const V = this.verifyRows;
+        const shape = [V, ...kept.shape.slice(1)];
         const name = `gdn${L}_${part}_rows`;
         const r = this.input({ name, dtype: dt, shape, role: { kind: "gdn_rows_in", layer: L, part } });
         const stack = this.b.concat({ values: [kept, r], axis: 0, name: `${name}_stack` }); // [T + 1, …]
         const pick =
           kept.shape.length === 4
             ? select
-            : this.b.reshape({ x: select, shape: [this.T + 1, 1, 1], name: `${name}_select` });
+            : this.b.reshape({ x: select, shape: [V + 1, 1, 1], name: `${name}_select` });
         const picked = this.b.mul({ x: stack, y: pick, name: `${name}_picked` });
         return this.b.reduceSum({ x: picked, axes: [0], keepDims: true, name: `gdn${L}_${part}_start` });
       };
@@ -303,7 +310,7 @@ export class SuperblockIO {
     this.output({ name: "hidden_out", dtype: dt, shape: [1, D, 1, T], role: { kind: "hidden_out" } }, h);
     for (const L of this.layers) {
       const g0 = produced.gdn.get(L);
-      const start = this.selected.get(L);
+      const start = this.prefill?.verify ? this.selected.get(L) : undefined;
       // verify: the kept state stays the step's start (committed only through `select`)
       const g = g0 && start ? { ...g0, conv: start.conv, rec: start.rec } : g0;
       if (g) {
@@ -377,6 +384,10 @@ export class SuperblockIO {
     else if (prefill)
       notes.push(
         `prefill: ${T} tokens at positions [position, position + ${T}) in one call; a shorter chunk of n tokens feeds zero hidden rows after them, valid = 1 for the first n rows and 0 after, conv_pick picks window columns n … n + ${K1 - 1}; all ${T} KV rows are written (rows past n are masked until decode overwrites them), so position + ${T} ≤ ctx`,
+      );
+    if (this.verifyRows > 0 && !prefill?.verify)
+      notes.push(
+        `select [${this.verifyRows + 1}]: the GDN states start from the kept gdn{L}_conv / gdn{L}_rec (one-hot 0) or row j of the last verify's gdn{L}_*_rows (j + 1); the function returns its end state as usual`,
       );
     if (o.state === "mlstate" && o.dtype === "fp32")
       notes.push("the KV state is fp16 (Core ML states are fp16 only); this fp32 graph casts around it");

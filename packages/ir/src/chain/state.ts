@@ -99,6 +99,14 @@ export function statePlan(component: string, io: ComponentIO): StatePlan {
     }
   }
   for (const t of io.inputs) {
+    // the last verify's per-row states: every function of the package reads them, only the verify
+    // function writes them (as `<name>_out`)
+    if (t.role.kind === "gdn_rows_in" && !paired.has(t.name)) {
+      const { layer, part } = t.role;
+      const role = { kind: "gdn_rows_out", layer, part, next: t.name } as const;
+      carried.push({ input: t, output: { name: `${t.name}_out`, dtype: t.dtype, shape: t.shape, role } });
+      continue;
+    }
     if (!HOST_INPUTS.has(t.role.kind) && !paired.has(t.name)) {
       throw new ChainProtocolError(component, `no output feeds input ${t.name} (role ${t.role.kind})`);
     }
@@ -256,10 +264,10 @@ export class HostState<Core = undefined> implements ChainComponentState {
     return out;
   }
 
-  /** The host's inputs plus the kept buffers, by input name (only those in `inputs` when given: one function's). */
-  bind(host: Record<string, Tensor>, inputs?: ReadonlySet<string>): Record<string, Tensor> {
+  /** The host's inputs plus the kept buffers, by input name. */
+  bind(host: Record<string, Tensor>): Record<string, Tensor> {
     const all: Record<string, Tensor> = { ...host };
-    for (const [name, t] of this.buffers) if (!inputs || inputs.has(name)) all[name] = t;
+    for (const [name, t] of this.buffers) all[name] = t;
     return all;
   }
 
