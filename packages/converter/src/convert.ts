@@ -288,14 +288,21 @@ async function writePackages(
 
 /**
  * Whether the conversion keeps the checkpoint's MTP head: when it has `mtp.*` tensors and they are
- * exactly the head its config implies (a partial or odd head is left out, with a log line saying why).
+ * exactly the one-layer head its config implies. A partial or odd head is left out — silently by
+ * default (the folder is then what it was before heads were kept), with a log line saying why
+ * when `mtp: true` was asked for.
  */
-function keepsMtpHead(ck: Qwen35Checkpoint, log: (line: string) => void): boolean {
+function keepsMtpHead(ck: Qwen35Checkpoint, asked: boolean, log: (line: string) => void): boolean {
   const report = checkMtpWeights(ck.config, ck.tensors, ck.dir);
-  if (!report.present) return false;
   if (report.complete && report.layers === 1) return true;
-  const why = report.problems[0]?.message ?? (report.unexpected.length ? `unexpected ${report.unexpected[0]}` : `${report.layers} layers`);
-  log(`warning: the checkpoint's MTP head is left out (${why}); speculative decoding needs a complete one-layer head`);
+  if (!asked) return false;
+  const why = !report.present
+    ? "the checkpoint has no mtp.* tensors"
+    : (report.problems[0]?.message ??
+      (report.unexpected.length ? `unexpected ${report.unexpected[0]}` : `${report.layers} layers`));
+  log(
+    `warning: no MTP head in this conversion (${why}); speculative decoding needs a complete one-layer head`,
+  );
   return false;
 }
 
@@ -315,7 +322,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     await checkOutputTarget(out, dir, options.force ?? false);
     await using ck = await Qwen35Checkpoint.open(dir);
     assertConvertible(ck);
-    const mtp = resolved.mtp && keepsMtpHead(ck, log);
+    const mtp = resolved.mtp && keepsMtpHead(ck, options.mtp === true, log);
     const quant = planQuant(ck.config, resolved.quant, { mtp });
     checkConvertForModel(resolved, ck.config, quant);
     const eos = await eosTokenIds(dir, ck.config.eosTokenIds);
@@ -353,7 +360,19 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     const weights: WeightEncodingReport[] = [];
     pool = options.workers === 1 ? undefined : new KmeansPool(options.workers ?? availableParallelism());
     const verifyTokens = mtp ? r.verifyTokens : 0;
-    const run: Conversion = { ck, r, quant, partial, options, pool, progress, log, verifyTokens, weights, finished };
+    const run: Conversion = {
+      ck,
+      r,
+      quant,
+      partial,
+      options,
+      pool,
+      progress,
+      log,
+      verifyTokens,
+      weights,
+      finished,
+    };
     const written = await writePackages(run, plan, work, configSha);
     const { skipped, reusedWeights } = written;
     const components = written.components.filter((c) => c.kind !== "mtp");

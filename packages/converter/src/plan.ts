@@ -94,7 +94,10 @@ export function planComponents(config: Qwen35Config, options: PlanOptions): Plan
     estimatedBytes: options.quant.tensor("lm_head").bytes,
   });
   if (options.mtp) {
-    const bytes = options.quant.tensors.reduce((n, t) => (t.canonical.startsWith("mtp.") ? n + t.bytes : n), 0);
+    const bytes = options.quant.tensors.reduce(
+      (n, t) => (t.canonical.startsWith("mtp.") ? n + t.bytes : n),
+      0,
+    );
     out.push({ kind: "mtp", name: "mtp", file: "mtp.mlpackage", estimatedBytes: bytes });
   }
   return out;

@@ -53,12 +53,23 @@ describe.skipIf(!HAS)("the MTP head through the converted packages (fp32)", () =
   beforeAll(async () => {
     tmp = mkdtempSync(join(tmpdir(), "mtp-parity-"));
     const out = join(tmp, "chain");
-    await convert({ model: FIXTURE, out, ctx: CTX, dtype: "fp32", quant: "none", prefillBatch: 0, workers: 1 });
+    await convert({
+      model: FIXTURE,
+      out,
+      ctx: CTX,
+      dtype: "fp32",
+      quant: "none",
+      prefillBatch: 0,
+      workers: 1,
+    });
     const manifest = await readChainManifest(out);
     const spec = manifest.speculative;
     if (!spec) throw new Error("no speculative section in model.json");
     const mtpModel = await readMlPackage(join(out, spec.mtp.file));
-    mtp = { interp: new MilInterpreter(mtpModel.program, { functionName: spec.mtp.function }), io: spec.mtp.io };
+    mtp = {
+      interp: new MilInterpreter(mtpModel.program, { functionName: spec.mtp.function }),
+      io: spec.mtp.io,
+    };
     const lm = manifest.components.at(-1);
     if (!lm?.verify) throw new Error("the lm_head has no verify function");
     const lmModel = await readMlPackage(join(out, lm.file));
@@ -86,10 +97,17 @@ describe.skipIf(!HAS)("the MTP head through the converted packages (fp32)", () =
     for (const [i, x] of index.entries()) offset = offset * t.shape[i] + x;
     return v.subarray(offset * last, (offset + 1) * last);
   };
-  const input = (io: ComponentIO, kind: string): IoTensor => io.inputs.find((t) => t.role.kind === kind) as IoTensor;
+  const input = (io: ComponentIO, kind: string): IoTensor =>
+    io.inputs.find((t) => t.role.kind === kind) as IoTensor;
 
   /** One head step at `position` from (hidden, token) → its output and the lm_head's logits of it. */
-  async function headStep(state: HostState, hidden: Float32Array, token: number, normed: 0 | 1, position: number) {
+  async function headStep(
+    state: HostState,
+    hidden: Float32Array,
+    token: number,
+    normed: 0 | 1,
+    position: number,
+  ) {
     const feeds: Record<string, Tensor> = {
       [input(mtp.io, "hidden_in").name]: tensor("f32", [1, D, 1, 1], Float32Array.from(hidden)),
       [input(mtp.io, "embedding").name]: tensor("f32", [1, D, 1, 1], embed.slice(token * D, (token + 1) * D)),
@@ -123,7 +141,11 @@ describe.skipIf(!HAS)("the MTP head through the converted packages (fp32)", () =
       let worst = 0;
       for (let t = 0; t < seq.length - 1; t++) {
         const r = await headStep(state, rowOf(`${set}_hidden`, t), seq[t + 1], 1, t);
-        worst = Math.max(worst, maxAbs(r.logits, rowOf(`${set}_logits`, t)), maxAbs(r.out, rowOf(`${set}_mtp_hidden`, t)));
+        worst = Math.max(
+          worst,
+          maxAbs(r.logits, rowOf(`${set}_logits`, t)),
+          maxAbs(r.out, rowOf(`${set}_mtp_hidden`, t)),
+        );
       }
       expect(worst).toBeLessThanOrEqual(1e-4);
     });

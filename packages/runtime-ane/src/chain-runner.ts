@@ -11,7 +11,6 @@ import {
   ContextOverflowError,
   SnapshotMismatchError,
   type StateSnapshot,
-  type StepModel,
   type StepOptions,
   type StepOutput,
 } from "@anemll-qwen35/generate";
@@ -273,7 +272,12 @@ export class ChainRunner implements SpeculativeStepModel {
       }
       if (spec) {
         const entry = spec.mtp;
-        options.onProgress?.({ stage: "load", component: entry.name, index: loaded.length, total: loaded.length + 1 });
+        options.onProgress?.({
+          stage: "load",
+          component: entry.name,
+          index: loaded.length,
+          total: loaded.length + 1,
+        });
         try {
           const c = await options.backend.load(join(dir, entry.file), {
             name: entry.name,
@@ -290,7 +294,8 @@ export class ChainRunner implements SpeculativeStepModel {
           });
         }
         const missing = manifest.components.find((c) => c.kind !== "embed" && !c.verify);
-        if (missing) throw new ChainLoadError(missing.name, "model.json lists an MTP head but no verify function here");
+        if (missing)
+          throw new ChainLoadError(missing.name, "model.json lists an MTP head but no verify function here");
       }
     } catch (err) {
       for (const c of loaded) c.dispose();
@@ -438,7 +443,8 @@ export class ChainRunner implements SpeculativeStepModel {
         const last = hiddens[hiddens.length - 1];
         this.record(chunk, last);
         i += chunk.length - 1;
-        if (wantOutput && i === tokens.length - 1) out = await this.stepper.runHead(hiddenRow(last, chunk.length - 1));
+        if (wantOutput && i === tokens.length - 1)
+          out = await this.stepper.runHead(hiddenRow(last, chunk.length - 1));
         continue;
       }
       out = await this.step(tokens[i], wantOutput && i === tokens.length - 1);
@@ -516,7 +522,9 @@ export class ChainRunner implements SpeculativeStepModel {
     const head = this.speculating();
     const k = this.maxDraftTokens;
     if (!Number.isInteger(gamma) || gamma < 1 || gamma > k)
-      throw new InvalidArgumentError(`gamma must be an integer from 1 to ${k} (this chain's drafts per verify), got ${gamma}`);
+      throw new InvalidArgumentError(
+        `gamma must be an integer from 1 to ${k} (this chain's drafts per verify), got ${gamma}`,
+      );
     if (this.pos === 0) throw new InvalidArgumentError("draft needs a consumed token (prefill first)");
     if (this.pending) throw new AnemllError("E_CHAIN_STATE", "draft before accept() of the last verify");
     await this.catchUpHead(head, opts);
@@ -528,7 +536,12 @@ export class ChainRunner implements SpeculativeStepModel {
     let token = next;
     for (let i = 0; i < gamma; i++) {
       opts.signal?.throwIfAborted();
-      hidden = await head.step(hidden, await this.stepper.embedToken(token), i === 0 ? 0 : 1, this.pos - 1 + i);
+      hidden = await head.step(
+        hidden,
+        await this.stepper.embedToken(token),
+        i === 0 ? 0 : 1,
+        this.pos - 1 + i,
+      );
       const [out] = await this.stepper.runHeadRows([hidden], [1]);
       outputs.push(out);
       token = pick(out, i);
@@ -548,7 +561,9 @@ export class ChainRunner implements SpeculativeStepModel {
     this.speculating();
     const T = this.stepper.verifyTokens as number;
     if (ids.length < 1 || ids.length > T)
-      throw new InvalidArgumentError(`verify takes 1 … ${T} ids (next and up to ${T - 1} drafts), got ${ids.length}`);
+      throw new InvalidArgumentError(
+        `verify takes 1 … ${T} ids (next and up to ${T - 1} drafts), got ${ids.length}`,
+      );
     if (this.pending) throw new AnemllError("E_CHAIN_STATE", "verify before accept() of the last verify");
     opts.signal?.throwIfAborted();
     if (this.verifyFits()) {
@@ -572,7 +587,9 @@ export class ChainRunner implements SpeculativeStepModel {
     const p = this.pending;
     if (!p) throw new AnemllError("E_CHAIN_STATE", "accept() without a verify");
     if (!Number.isInteger(n) || n < 1 || n > p.ids.length)
-      throw new InvalidArgumentError(`accept takes 1 … ${p.ids.length} (the ids of the last verify), got ${n}`);
+      throw new InvalidArgumentError(
+        `accept takes 1 … ${p.ids.length} (the ids of the last verify), got ${n}`,
+      );
     this.pending = undefined;
     if (p.kind === "rows") {
       this.stepper.accept(n);

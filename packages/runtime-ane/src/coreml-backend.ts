@@ -132,7 +132,8 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
       const vf = opts.verify;
       const prefillModel = pf ? await loadFunction(pf.function) : undefined;
       const verifyModel = vf ? await loadFunction(vf.function) : undefined;
-      let model = opts.lazyMain && (verifyModel ?? prefillModel) ? undefined : await loadFunction(opts.functionName);
+      let model =
+        opts.lazyMain && (verifyModel ?? prefillModel) ? undefined : await loadFunction(opts.functionName);
       const stateModel = (model ?? verifyModel ?? prefillModel) as NativeModel;
       const mainModel = async () => {
         model ??= await loadFunction(opts.functionName);
@@ -158,10 +159,14 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
       return {
         newState: (plan: StatePlan) =>
           new CoreMLState(
-            stateModel.newState({ carried: plan.carried.map(buffer), rowWritten: plan.rowWritten.map(buffer) }),
+            stateModel.newState({
+              carried: plan.carried.map(buffer),
+              rowWritten: plan.rowWritten.map(buffer),
+            }),
           ),
         predict: run(mainModel, opts.io),
-        prefill: pf && prefillModel && { io: pf.io, tokens: pf.tokens, predict: run(() => prefillModel, pf.io) },
+        prefill: pf &&
+          prefillModel && { io: pf.io, tokens: pf.tokens, predict: run(() => prefillModel, pf.io) },
         verify: vf && verifyModel && { io: vf.io, tokens: vf.tokens, predict: run(() => verifyModel, vf.io) },
         dispose() {
           for (const m of [model, prefillModel, verifyModel]) {

@@ -58,7 +58,8 @@ async function specGreedy(m: ChainRunner, start: StepOutput, n: number, gamma: n
   return { tokens: out.slice(0, n), rounds, accepted };
 }
 
-const prompt = (n: number, seed: number) => Array.from({ length: n }, (_, i) => 16 + ((i * 131 + seed * 17) % 3900));
+const prompt = (n: number, seed: number) =>
+  Array.from({ length: n }, (_, i) => 16 + ((i * 131 + seed * 17) % 3900));
 
 describe("greedy speculation with the MTP head is plain greedy decoding", () => {
   const dirs: Record<string, string> = {};

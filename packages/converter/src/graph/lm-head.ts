@@ -127,7 +127,12 @@ export async function buildLmHeadRows(w: GraphWeights, o: ResolvedOptions, T: nu
     const k = pieces.length;
     b.output("argmax_idx", k === 1 ? idx[0] : b.concat({ values: idx, axis: 1, name: "argmax_idx_cat" }));
     b.output("argmax_val", k === 1 ? val[0] : b.concat({ values: val, axis: 1, name: "argmax_val_cat" }));
-    outs.push({ name: "argmax_idx", dtype: "int32", shape: [T, k], role: { kind: "argmax_idx", rowOffsets } });
+    outs.push({
+      name: "argmax_idx",
+      dtype: "int32",
+      shape: [T, k],
+      role: { kind: "argmax_idx", rowOffsets },
+    });
     outs.push({ name: "argmax_val", dtype: dt, shape: [T, k], role: { kind: "argmax_val", rowOffsets } });
   }
   return {

@@ -14,8 +14,8 @@
 import type { ComponentIO, IoTensor } from "@anemll-qwen35/ir/chain";
 import { mtpLayerCount } from "@anemll-qwen35/ir/checkpoint";
 import { type MilBuilder, type MilVar, tensorType } from "@anemll-qwen35/ir/mil";
-import type { ResolvedOptions } from "../options.js";
 import { UnsupportedModelError } from "../errors.js";
+import type { ResolvedOptions } from "../options.js";
 import { conv1x1, MASK_NEG, scalar } from "./ane.js";
 import type { KvCache } from "./attention.js";
 import { rmsNorm1p } from "./norms.js";

@@ -150,7 +150,9 @@ export class SuperblockIO {
     const V = o.verifyTokens > 0 ? o.verifyTokens + 1 : 0;
     this.verifyRows = V;
     const select =
-      V > 0 ? input({ name: "select", dtype: dt, shape: [V + 1, 1, 1, 1], role: { kind: "row_select" } }) : undefined;
+      V > 0
+        ? input({ name: "select", dtype: dt, shape: [V + 1, 1, 1, 1], role: { kind: "row_select" } })
+        : undefined;
     const gdn = this.declareGdnStates(cfg, select);
     if (o.state === "mlstate") this.kvState = this.declareKvState(cfg);
     const kv = this.declareKvCaches(cfg);

@@ -99,7 +99,8 @@ export class GraphWeights {
     this.opts = opts;
     const params = new Map(qwen35ParameterMap(source.config, { tied: source.tiedEmbeddings }));
     const mtp = mtpLayerCount(source.config);
-    if (mtp > 0) for (const p of qwen35MtpParameters(source.config, { layers: mtp })) params.set(p.canonical, p);
+    if (mtp > 0)
+      for (const p of qwen35MtpParameters(source.config, { layers: mtp })) params.set(p.canonical, p);
     this.params = params;
   }
 

@@ -5,7 +5,7 @@
  * provisional rows may replace old entries the window still holds: that changes only how well the
  * head drafts, never what the verified output is.
  */
-import { tensor, type Tensor } from "@anemll-qwen35/core";
+import { type Tensor, tensor } from "@anemll-qwen35/core";
 import type { ChainComponentState } from "./component-state.js";
 import { ChainProtocolError, type IoTensor, ringMask, ringRow } from "./contract.js";
 import { type ChainComponent, floatTensor } from "./protocol.js";
@@ -46,9 +46,14 @@ export class MtpHead {
       else if (role.kind === "rope") {
         const { cos, sin } = ropeCosSin(role, [position]);
         feeds[t.name] = floatTensor(t, role.part === "cos" ? cos : sin);
-      } else if (role.kind === "mask") feeds[t.name] = floatTensor(t, ringMask(role.rule, ctx, this.sinks, position));
+      } else if (role.kind === "mask")
+        feeds[t.name] = floatTensor(t, ringMask(role.rule, ctx, this.sinks, position));
       else if (role.kind === "position") feeds[t.name] = tensor("i32", t.shape, Int32Array.of(position));
-      else throw new ChainProtocolError(this.c.name, `input ${t.name} (role ${role.kind}) is not the host's to feed`);
+      else
+        throw new ChainProtocolError(
+          this.c.name,
+          `input ${t.name} (role ${role.kind}) is not the host's to feed`,
+        );
     }
     const r = await this.c.predict(feeds, this.state, ringRow(ctx, this.sinks, position));
     const v = r[this.out.name];

@@ -428,12 +428,22 @@ export class ChainStepper {
     if (!f) throw new ChainProtocolError(this.head.name, "the lm_head has no verify function");
     const T = f.tokens;
     if (rows.length < 1 || rows.length > T)
-      throw new InvalidArgumentError(`the lm_head's verify function scores 1 … ${T} rows, not ${rows.length}`);
+      throw new InvalidArgumentError(
+        `the lm_head's verify function scores 1 … ${T} rows, not ${rows.length}`,
+      );
     const inputs: Record<string, Tensor> = {};
     for (const t of f.io.inputs) {
       if (t.role.kind === "hidden_in") inputs[t.name] = hiddenRows(rows, T);
-      else if (t.role.kind === "normed") inputs[t.name] = floatTensor(t, Float32Array.from({ length: T }, (_, i) => normed[i] ?? 0));
-      else throw new ChainProtocolError(this.head.name, `verify input ${t.name} (role ${t.role.kind}) is not the host's to feed`);
+      else if (t.role.kind === "normed")
+        inputs[t.name] = floatTensor(
+          t,
+          Float32Array.from({ length: T }, (_, i) => normed[i] ?? 0),
+        );
+      else
+        throw new ChainProtocolError(
+          this.head.name,
+          `verify input ${t.name} (role ${t.role.kind}) is not the host's to feed`,
+        );
     }
     const out = await f.predict(inputs, undefined, 0);
     return rows.map((_, i) => readHeadRow(this.head.name, f.io, out, i));
