@@ -135,34 +135,13 @@ export function floatTensor(t: IoTensor, values: Float32Array): Tensor {
 
 /** The lm_head's outputs merged over its vocabulary pieces. */
 export function readHeadOutputs(head: ChainComponent, outputs: Record<string, Tensor>): HeadOutput {
-  const { io, name } = head;
-  const lm = io.lmHead;
-  if (!lm) throw new ChainProtocolError(name, "model.json describes no lm_head split");
-  const out = (t: IoTensor) => {
-    const v = outputs[t.name];
-    if (!v) throw new ChainProtocolError(name, `the package did not return output ${t.name}`);
-    return v;
-  };
-  if (lm.argmax) {
-    const idxT = io.outputs.find((t) => t.role.kind === "argmax_idx");
-    const valT = io.outputs.find((t) => t.role.kind === "argmax_val");
-    if (!idxT || !valT || idxT.role.kind !== "argmax_idx") {
-      throw new ChainProtocolError(name, "argmax outputs are not described");
-    }
-    const idx = out(idxT).data as Int32Array;
-    const val = toFloat32(out(valT).dtype, out(valT).data);
-    let best = 0;
-    for (let i = 1; i < val.length; i++) if (val[i] > val[best]) best = i;
-    return { top1: { id: argmaxToken(idxT.role.rowOffsets, idx, val), value: val[best] } };
-  }
-  const logits = new Float32Array(lm.vocab);
-  for (const t of io.outputs) {
-    if (t.role.kind === "logits") logits.set(toFloat32(out(t).dtype, out(t).data), t.role.rowOffset);
-  }
-  return { logits };
+  return readHeadRow(head.name, head.io, outputs, 0);
 }
 
-/** Row `row` of the outputs of an lm_head verify function (logits [T, rows_i] or argmax pairs [T, k]). */
+/**
+ * Row `row` of an lm_head function's outputs merged over its vocabulary pieces: logits [T, rows_i]
+ * or argmax pairs [T, k] of the verify function ([1, rows_i] / [k] of the one-row function).
+ */
 export function readHeadRow(
   name: string,
   io: ComponentIO,
@@ -181,7 +160,7 @@ export function readHeadRow(
     const valT = io.outputs.find((t) => t.role.kind === "argmax_val");
     if (!idxT || !valT || idxT.role.kind !== "argmax_idx")
       throw new ChainProtocolError(name, "argmax outputs are not described");
-    const k = idxT.shape[1];
+    const k = idxT.role.rowOffsets.length;
     const idx = (out(idxT).data as Int32Array).subarray(row * k, (row + 1) * k);
     const val = toFloat32(out(valT).dtype, out(valT).data).subarray(row * k, (row + 1) * k);
     let best = 0;
