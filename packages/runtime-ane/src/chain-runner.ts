@@ -364,6 +364,10 @@ export class ChainRunner implements SpeculativeStepModel {
   }
 
   async prefill(ids: Int32Array | number[], opts: StepOptions = {}): Promise<StepOutput> {
+    // a verify not accepted is dropped: the state is where it was before it
+    const dropped = this.pending;
+    this.pending = undefined;
+    if (dropped?.kind === "replay") await this.restore(dropped.before);
     const tokens = Array.from(ids);
     if (tokens.length === 0) throw new AnemllError("E_EMPTY_PROMPT", "prefill needs at least one token");
     if (this.position + tokens.length > this.contextLength) {

@@ -165,6 +165,10 @@ describe("greedy speculation with the MTP head is plain greedy decoding", () => 
     expect(rows).toHaveLength(2);
     await expect(spec.accept(3)).rejects.toThrow(/accept takes 1 … 2/);
     const plainModel = await load("io");
+    // a prefill drops a verify nobody accepted: the state is where it was before it
+    await plainModel.prefill(prompt(4, 1));
+    expect(argmax(await spec.prefill([7, 8]))).toBe(argmax(await plainModel.prefill([7, 8])));
+    expect(spec.position).toBe(6);
     await expect(plainModel.draft(5, 1, argmax)).rejects.toMatchObject({ code: "E_SPECULATIVE_UNSUPPORTED" });
     spec.dispose();
     plainModel.dispose();
