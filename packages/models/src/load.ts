@@ -142,6 +142,8 @@ async function loadChain(
     contextOverflow: o.contextOverflow ?? "error",
     ringSinks: o.ringSinks,
     prefillFunction: o.prefillFunction,
+    // the MTP head and the verify functions, when asked to speculate (chains converted with the head)
+    speculative: o.speculative === "mtp",
     onProgress: (e) => o.onProgress?.(e),
     signal: o.signal,
   });

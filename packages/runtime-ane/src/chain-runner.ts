@@ -10,6 +10,7 @@ import { AnemllError, InvalidArgumentError, type Tensor } from "@anemll-qwen35/c
 import {
   ContextOverflowError,
   SnapshotMismatchError,
+  type SpeculativeStepModel,
   type StateSnapshot,
   type StepOptions,
   type StepOutput,
@@ -28,7 +29,6 @@ import {
 } from "@anemll-qwen35/ir/chain";
 import type { Backend, ComponentState, LoadedComponent } from "./backend.js";
 import { loadHostEmbedding } from "./host-embedding.js";
-import type { SpeculativeStepModel } from "./speculative.js";
 
 export interface LoadChainOptions {
   backend: Backend;
