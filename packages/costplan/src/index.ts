@@ -87,4 +87,13 @@ export {
   type Totals,
 } from "./report.js";
 export { type OpTime, opTime } from "./roofline.js";
+// --- speculative decoding with the MTP head: projected ANE decode speed ------------------------
+export {
+  formatSpeculativeProjection,
+  projectSpeculativeDecode,
+  type SpeculativeAcceptance,
+  type SpeculativeModelBytes,
+  type SpeculativeProjection,
+  type SpeculativeProjectionRow,
+} from "./speculative.js";
 export { TOOL_NAME, TOOL_VERSION } from "./version.js";
