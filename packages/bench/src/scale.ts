@@ -4,7 +4,8 @@
  * the synthetic 0.8B (real shapes, random weights) with bounded token counts, because the
  * reference interpreter decodes 0.8B at about one token per second.
  */
-import { fixtureModel, type ModelSpec, scaledSyntheticModel, syntheticModel, userModel } from "./models.js";
+import { fixtureDir, fixtureModel, type ModelSpec, scaledSyntheticModel, syntheticModel, userModel } from "./models.js";
+import type { AgentParams } from "./scenarios/agent.js";
 import type { Scale } from "./schema.js";
 
 /** How the MLX side of the pairing loads its weights. */
@@ -46,6 +47,8 @@ export interface ScaleParams {
     readonly seconds: number;
     readonly variants: readonly MlxVariant[];
   };
+  /** The agent conversation: models served, its script, the ANE projections. */
+  readonly agent: AgentParams;
 }
 
 export interface ScaleOverrides {
@@ -55,10 +58,43 @@ export interface ScaleOverrides {
   readonly tokens?: number;
   /** Seconds per parallel / pairing window replacing the scale's. */
   readonly seconds?: number;
+  /** The agent scenario's conversion ctx (default 4096, capped by a model's max positions). */
+  readonly ctx?: number;
+}
+
+/** The agent's script: 8 tools, 4 turns of 300-token tool results (reduced at smoke scale). */
+const AGENT_FULL = { turns: 4, toolResultTokens: 300, maxTokens: 16, tools: 8 } as const;
+
+function agentParams(scale: Scale, ctx: number | undefined): AgentParams {
+  const trained = fixtureModel("tiny-trained");
+  if (scale === "smoke")
+    return {
+      ctx: ctx ?? 1024,
+      body: "lut4",
+      lmHead: "lut4",
+      models: [{ spec: trained, script: { turns: 3, toolResultTokens: 24, maxTokens: 3, tools: 2 } }],
+      projections: [{ name: "tiny-trained", spec: trained }],
+    };
+  // the synthetic checkpoints have no tokenizer: tiny-trained's serves them (only token counts matter)
+  const tokenizer = fixtureDir("tiny-trained");
+  return {
+    ctx: ctx ?? 4096,
+    body: "lut4",
+    lmHead: "lut4",
+    models: [
+      { spec: trained, script: AGENT_FULL },
+      // the interpreter runs the 0.8B at about a token a second on two cores: fewer, shorter turns
+      { spec: syntheticModel("0.8b"), tokenizer, script: { turns: 3, toolResultTokens: 150, maxTokens: 4, tools: 8 }, mlxBits: 4 },
+    ],
+    projections: [
+      { name: "0.8b", spec: syntheticModel("0.8b") },
+      { name: "9b", spec: scaledSyntheticModel("9b", { layers: 4 }), superBlocks: 8 },
+    ],
+  };
 }
 
 export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
-  const base: ScaleParams =
+  const base: Omit<ScaleParams, "agent"> =
     scale === "smoke"
       ? {
           scale,
@@ -129,5 +165,6 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
     ...(o.tokens ? { decodeSteps: o.tokens } : {}),
     ...(o.seconds ? { parallelSeconds: o.seconds } : {}),
     pairing,
+    agent: agentParams(scale, o.ctx),
   };
 }

@@ -20,6 +20,7 @@ import { loadTarget } from "./chain.js";
 import type { ChipId, ChipProfile } from "./chips.js";
 import { type CostplanOptions, costplan } from "./costplan.js";
 import { CostplanOptionError, ReportSchemaError } from "./errors.js";
+import { PredictionWorkSchema, workOf } from "./fit.js";
 import { nativeAvailability } from "./native.js";
 import type { CostReport, OpEntry } from "./report.js";
 import { fmtBytes, fmtMs, fmtPct, table } from "./units.js";
@@ -59,6 +60,8 @@ export const ProfilePackageSchema = z.object({
   /** Core ML per-prediction time (macOS only). */
   coremlMs: nonneg.optional(),
   estimatedMs: nonneg,
+  /** The prediction's work as `costplan calibrate` fits it (workOf). */
+  work: PredictionWorkSchema.optional(),
   weightBytes: nonneg,
   bytesMoved: nonneg,
   /** Weight bytes per measured interpreter second, and per Core ML second where timed. */
@@ -223,7 +226,9 @@ export async function profile(
     throw new CostplanOptionError("precision", `must be "fp16" or "fp32", got "${String(precision)}"`);
   const coremlMode = options.coreml ?? "auto";
   const native = coremlMode === "off" ? { available: false, reason: "coreml: off" } : nativeAvailability();
-  const t = await loadTarget(target);
+  const loaded = await loadTarget(target);
+  // the embed package is read on the host by the runtime: no prediction to time or estimate
+  const t = { ...loaded, components: loaded.components.filter((c) => !c.host) };
   const total = t.components.length;
   options.onProgress?.({ stage: "plan", component: t.name, index: 0, total });
   const plan: CostReport = await costplan(
@@ -284,6 +289,7 @@ export async function profile(
       interpreterWeightGBps: gbps(weightBytes, interpreterMs),
       coremlWeightGBps: coremlMs !== undefined ? gbps(weightBytes, coremlMs) : undefined,
       estimatedWeightGBps: gbps(weightBytes, pp.prediction.estimatedMs),
+      work: workOf(plan, pp.name),
       ops,
     });
   }

@@ -28,6 +28,7 @@ export function registerBench(program: Command, ctx: Context): void {
     .option("--model <ref>", "checkpoint folder or hf:owner/name replacing the scale's model")
     .option("--tokens <n>", "decode steps per measurement", int("--tokens", 1))
     .option("--seconds <s>", "seconds per window of parallel and pairing", num("--seconds", 0.1))
+    .option("--ctx <n>", "agent: the chains' context (default 4096; capped by a model's max positions)", int("--ctx", 1))
     .option(
       "--ane <backend>",
       "auto (Core ML where available), coreml or reference",
@@ -61,6 +62,7 @@ export function registerBench(program: Command, ctx: Context): void {
             model: o.model,
             tokens: o.tokens,
             seconds: o.seconds,
+            ctx: o.ctx,
             ane: o.ane,
             noMlx: o.mlx === false,
             noCharts: o.charts === false,
