@@ -244,8 +244,10 @@ export function applyTiming(report: CostReport): CostReport {
     pkg.prediction.kvMs = kvMs;
     pkg.prediction.estimatedMs = (decode?.summary.estimatedMs ?? 0) + dispatch + ioMs + kvMs;
     if (report.runtimeBand && decode) {
-      const [a, b] = [report.runtimeBand.low, report.runtimeBand.high].map((rt) => callMs(decode, chip, rt));
-      pkg.prediction.band = { lowMs: Math.min(a, b), highMs: Math.max(a, b) };
+      // the fits at both ends and the central one: the central fit's per-op cost lies between
+      const ms = [report.runtimeBand.low, report.runtimeBand.high].map((rt) => callMs(decode, chip, rt));
+      const central = pkg.prediction.estimatedMs;
+      pkg.prediction.band = { lowMs: Math.min(central, ...ms), highMs: Math.max(central, ...ms) };
       bandMs.low += pkg.prediction.band.lowMs;
       bandMs.high += pkg.prediction.band.highMs;
     } else pkg.prediction.band = undefined;
