@@ -49,17 +49,38 @@ describe("costplan", () => {
       expect(measured.packages.some((p: { name: string }) => /embed/.test(p.name))).toBe(false); // read on the host
       for (const p of measured.packages) p.prediction.measuredMs = p.prediction.estimatedMs * 1.5;
       writeFileSync(join(work, "m.json"), JSON.stringify(measured));
-      const cal = await cli("costplan", "calibrate", "--from", join(work, "m.json"), "-o", join(work, "cal.json"));
+      const cal = await cli(
+        "costplan",
+        "calibrate",
+        "--from",
+        join(work, "m.json"),
+        "-o",
+        join(work, "cal.json"),
+      );
       expect(cal.code, cal.stderr).toBe(0);
       expect(cal.stdout).toMatch(/fitted on \d+ measurements/);
       expect(cal.stdout).toMatch(/leave-one-out/);
-      expect(JSON.parse(readFileSync(join(work, "cal.json"), "utf8")).schema).toBe("anemll-qwen35.costplan-calibration");
-      const withCal = await cli("costplan", join(work, "128"), "--calibration", join(work, "cal.json"), "-j", join(work, "c.json"));
+      expect(JSON.parse(readFileSync(join(work, "cal.json"), "utf8")).schema).toBe(
+        "anemll-qwen35.costplan-calibration",
+      );
+      const withCal = await cli(
+        "costplan",
+        join(work, "128"),
+        "--calibration",
+        join(work, "cal.json"),
+        "-j",
+        join(work, "c.json"),
+      );
       expect(withCal.code, withCal.stderr).toBe(0);
       expect(withCal.stdout).toMatch(/band/);
       const planned = JSON.parse(readFileSync(join(work, "c.json"), "utf8"));
       // the fit reproduces the measurements it was given
-      const ratio = planned.totals.estimatedMs / measured.packages.reduce((s: number, p: { prediction: { measuredMs: number } }) => s + p.prediction.measuredMs, 0);
+      const ratio =
+        planned.totals.estimatedMs /
+        measured.packages.reduce(
+          (s: number, p: { prediction: { measuredMs: number } }) => s + p.prediction.measuredMs,
+          0,
+        );
       expect(ratio).toBeGreaterThan(0.8);
       expect(ratio).toBeLessThan(1.25);
       const missing = await cli("costplan", join(work, "128"), "--calibration", join(work, "nope.json"));

@@ -4,13 +4,50 @@
  * the synthetic 0.8B (real shapes, random weights) with bounded token counts, because the
  * reference interpreter decodes 0.8B at about one token per second.
  */
-import { fixtureDir, fixtureModel, type ModelSpec, scaledSyntheticModel, syntheticModel, userModel } from "./models.js";
-import type { AgentParams } from "./scenarios/agent.js";
+import {
+  fixtureDir,
+  fixtureModel,
+  type ModelSpec,
+  scaledSyntheticModel,
+  syntheticModel,
+  userModel,
+} from "./models.js";
 import type { Scale } from "./schema.js";
 
 /** How the MLX side of the pairing loads its weights. */
 export type MlxVariant = "4bit" | "8bit" | "bf16";
 export const MLX_VARIANTS: readonly MlxVariant[] = ["4bit", "8bit", "bf16"];
+
+/** The agent scenario's conversation (scenarios/agent.ts). */
+export interface AgentScript {
+  readonly turns: number;
+  readonly toolResultTokens: number;
+  readonly maxTokens: number;
+  /** The tools offered (the first `tools` of AGENT_TOOLS). */
+  readonly tools: number;
+}
+
+export interface AgentModel {
+  readonly spec: ModelSpec;
+  /** Tokenizer folder for `serve --tokenizer` (synthetic checkpoints have none). */
+  readonly tokenizer?: string;
+  readonly script: AgentScript;
+  /** MLX load quantization (as the other scenarios: 4-bit for the 0.8B). */
+  readonly mlxBits?: 4 | 8;
+}
+
+export interface AgentParams {
+  readonly ctx: number;
+  readonly models: readonly AgentModel[];
+  /** Models projected on the ANE: a name and a one-super-block (or whole) checkpoint, × superBlocks. */
+  readonly projections: readonly {
+    readonly name: string;
+    readonly spec: ModelSpec;
+    readonly superBlocks?: number;
+  }[];
+  readonly body: string;
+  readonly lmHead: string;
+}
 
 export interface ScaleParams {
   readonly scale: Scale;
@@ -84,7 +121,12 @@ function agentParams(scale: Scale, ctx: number | undefined): AgentParams {
     models: [
       { spec: trained, script: AGENT_FULL },
       // the interpreter runs the 0.8B at about a token a second on two cores: fewer, shorter turns
-      { spec: syntheticModel("0.8b"), tokenizer, script: { turns: 3, toolResultTokens: 150, maxTokens: 4, tools: 8 }, mlxBits: 4 },
+      {
+        spec: syntheticModel("0.8b"),
+        tokenizer,
+        script: { turns: 3, toolResultTokens: 150, maxTokens: 4, tools: 8 },
+        mlxBits: 4,
+      },
     ],
     projections: [
       { name: "0.8b", spec: syntheticModel("0.8b") },

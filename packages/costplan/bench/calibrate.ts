@@ -36,8 +36,8 @@ import { fileURLToPath } from "node:url";
 import { type MlModel, readMlPackage } from "@anemll-qwen35/ir/mil";
 import { calibrationFile } from "../src/fit.js";
 import {
-  CHIPS,
   type CalibrationSample,
+  CHIPS,
   type ChainInput,
   type CostReport,
   costplan,
@@ -237,7 +237,8 @@ function sampleOf(s: Scenario, r: CostReport): CalibrationSample {
 }
 
 const round = (x: number, digits: number) => Math.round(x * 10 ** digits) / 10 ** digits;
-const pct = (e: number | undefined) => (e === undefined ? "—" : `${e >= 0 ? "+" : ""}${(e * 100).toFixed(1)}%`);
+const pct = (e: number | undefined) =>
+  e === undefined ? "—" : `${e >= 0 ? "+" : ""}${(e * 100).toFixed(1)}%`;
 
 async function main(): Promise<void> {
   const t0 = performance.now();
@@ -256,14 +257,21 @@ async function main(): Promise<void> {
   const dir = join(here, "results");
   const measurementsFile = join(dir, "study-measurements.json");
   await writeJsonAtomic(measurementsFile, { schema: MEASUREMENTS_SCHEMA, schemaVersion: 1, samples });
-  const fit = fitCalibration(samples, { from: "the reference study (bench/results/study-measurements.json)" });
+  const fit = fitCalibration(samples, {
+    from: "the reference study (bench/results/study-measurements.json)",
+  });
   // the model without the I/O and ctx terms, per-op cost at the low end: what the terms buy
   const plain = fitCalibration(
-    samples.map((x) => ({ ...x, predictions: x.predictions.map((p) => ({ ...p, ioBytes: 0, kv: undefined })) })),
+    samples.map((x) => ({
+      ...x,
+      predictions: x.predictions.map((p) => ({ ...p, ioBytes: 0, kv: undefined })),
+    })),
   );
   const cal = fit.calibration;
-  const f = (k: "dispatchMs" | "bandwidthFraction" | "ioMsPerMB" | "kvMsPerMB" | "aneOpMs", rt = cal.runtime) =>
-    rt[k]?.value ?? 0;
+  const f = (
+    k: "dispatchMs" | "bandwidthFraction" | "ioMsPerMB" | "kvMsPerMB" | "aneOpMs",
+    rt = cal.runtime,
+  ) => rt[k]?.value ?? 0;
   console.log(
     `\nFitted on ${fit.rows.filter((r) => r.role === "fit").length} measurements: dispatch ${f("dispatchMs")} ms per prediction, ANE bandwidth fraction ${f("bandwidthFraction")} ` +
       `(= ${(chip.aneGBps.value * f("bandwidthFraction")).toFixed(1)} GB/s of ${chip.aneGBps.value}), inputs/outputs ${f("ioMsPerMB")} ms per MB, ` +
@@ -285,9 +293,12 @@ async function main(): Promise<void> {
     const pr = plain.rows[i];
     const perSb = s.metric === "packageMsPerSuperBlock" ? (s.perSuperBlock ?? 1) : 1;
     const physicsMs =
-      s.metric === "msPerToken" ? (r.chain?.estimatedMsPerToken ?? r.totals.estimatedMs) : r.packages[0].prediction.estimatedMs / perSb;
+      s.metric === "msPerToken"
+        ? (r.chain?.estimatedMsPerToken ?? r.totals.estimatedMs)
+        : r.packages[0].prediction.estimatedMs / perSb;
     const conv = (ms: number | undefined) => (ms === undefined ? undefined : round(toUnit(s, ms), 3));
-    const err = (ms: number | undefined) => (ms === undefined ? undefined : round(toUnit(s, ms) / s.measured - 1, 4));
+    const err = (ms: number | undefined) =>
+      ms === undefined ? undefined : round(toUnit(s, ms) / s.measured - 1, 4);
     return {
       id: s.id,
       what: s.what,
@@ -307,7 +318,20 @@ async function main(): Promise<void> {
       assumption: s.assumption,
     };
   });
-  const header = ["scenario", "role", "measured", "physics", "err", "calibrated", "err", "band", "leave-one-out", "err", "no I/O+ctx", "err"];
+  const header = [
+    "scenario",
+    "role",
+    "measured",
+    "physics",
+    "err",
+    "calibrated",
+    "err",
+    "band",
+    "leave-one-out",
+    "err",
+    "no I/O+ctx",
+    "err",
+  ];
   const body = rows.map((r) => [
     r.id,
     r.role,
@@ -323,7 +347,8 @@ async function main(): Promise<void> {
     pct(r.noIoCtxError),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i].length)));
-  const line = (c: string[]) => c.map((x, i) => (i < 2 ? x.padEnd(widths[i]) : x.padStart(widths[i]))).join("  ");
+  const line = (c: string[]) =>
+    c.map((x, i) => (i < 2 ? x.padEnd(widths[i]) : x.padStart(widths[i]))).join("  ");
   console.log(`\n${line(header)}`);
   for (const b of body) console.log(line(b));
 
@@ -331,11 +356,23 @@ async function main(): Promise<void> {
   const sweep = [];
   console.log("\nctx sweep, one 0.8B super-block (ms): measured 256 → 2.41, 1024 → 3.19 (plateau from 512)");
   for (const ctx of [128, 256, 512, 1024, 2048, 4096]) {
-    const prog = packagesDir && (ctx === 256 || ctx === 1024) ? await pkg(`sb1-ctx${ctx}`) : buildSuperBlocks(QWEN35_08B, 0, 1, ctx);
+    const prog =
+      packagesDir && (ctx === 256 || ctx === 1024)
+        ? await pkg(`sb1-ctx${ctx}`)
+        : buildSuperBlocks(QWEN35_08B, 0, 1, ctx);
     const r = await costplan(prog, { chip: "m4-pro", calibration: cal, native: "off" });
     const p = r.packages[0].prediction;
-    sweep.push({ ctx, ms: round(p.estimatedMs, 3), lowMs: round(p.band?.lowMs ?? 0, 3), highMs: round(p.band?.highMs ?? 0, 3), kvMs: round(p.kvMs ?? 0, 3), ioMs: round(p.ioMs ?? 0, 3) });
-    console.log(`  ctx ${String(ctx).padStart(4)}: ${p.estimatedMs.toFixed(2)} ms (band ${p.band?.lowMs.toFixed(2)}–${p.band?.highMs.toFixed(2)}; ctx term ${(p.kvMs ?? 0).toFixed(2)}, I/O ${(p.ioMs ?? 0).toFixed(2)})`);
+    sweep.push({
+      ctx,
+      ms: round(p.estimatedMs, 3),
+      lowMs: round(p.band?.lowMs ?? 0, 3),
+      highMs: round(p.band?.highMs ?? 0, 3),
+      kvMs: round(p.kvMs ?? 0, 3),
+      ioMs: round(p.ioMs ?? 0, 3),
+    });
+    console.log(
+      `  ctx ${String(ctx).padStart(4)}: ${p.estimatedMs.toFixed(2)} ms (band ${p.band?.lowMs.toFixed(2)}–${p.band?.highMs.toFixed(2)}; ctx term ${(p.kvMs ?? 0).toFixed(2)}, I/O ${(p.ioMs ?? 0).toFixed(2)})`,
+    );
   }
   console.log("\nAssumptions per row:");
   for (const r of rows) console.log(`  ${r.id}: ${r.what} — ${r.assumption}`);

@@ -6,6 +6,7 @@
  */
 import type { AnalyzedModel } from "./analyze.js";
 import { type ChipProfile, DEFAULT_RUNTIME, type RuntimeFigures } from "./chips.js";
+import { CostplanOptionError } from "./errors.js";
 import { findInterruptions } from "./interruptions.js";
 import { ANE_KERNEL_OPS } from "./op-table.js";
 import type { ComputeUnits } from "./placement.js";
@@ -19,12 +20,11 @@ import {
   type PackagePlan,
   type PlanSource,
   REPORT_SCHEMA,
-  type RuntimeBand,
   REPORT_SCHEMA_VERSION,
+  type RuntimeBand,
   type TopOp,
   type Totals,
 } from "./report.js";
-import { CostplanOptionError } from "./errors.js";
 import { opTime } from "./roofline.js";
 import { TOOL_NAME, TOOL_VERSION } from "./version.js";
 
@@ -345,9 +345,16 @@ function passMs(f: FunctionPlan, runtime: RuntimeBand["low"]): { ioMs: number; k
 /** One prediction of `f` under `runtime`, ms (ops, switches, dispatch, I/O, ctx term); `f` unchanged. */
 function callMs(f: FunctionPlan, chip: ChipProfile, runtime: RuntimeBand["low"]): number {
   let ms = 0;
-  for (const op of f.ops) ms += opTime(op.device, op.flops, moved(op), chip, runtime, ANE_KERNEL_OPS.has(op.type)).ms;
+  for (const op of f.ops)
+    ms += opTime(op.device, op.flops, moved(op), chip, runtime, ANE_KERNEL_OPS.has(op.type)).ms;
   const { ioMs, kvMs } = passMs(f, runtime);
-  return ms + findInterruptions(f.ops, runtime.switchMs.value).estimatedSwitchMs + runtime.dispatchMs.value + ioMs + kvMs;
+  return (
+    ms +
+    findInterruptions(f.ops, runtime.switchMs.value).estimatedSwitchMs +
+    runtime.dispatchMs.value +
+    ioMs +
+    kvMs
+  );
 }
 
 /**

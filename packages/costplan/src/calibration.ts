@@ -40,7 +40,13 @@ function figures(f: {
 }
 
 // --- copied from bench/results/calibration.json -------------------------------------------------
-const CENTRAL = { dispatchMs: 1.0916, bandwidthFraction: 1, ioMsPerMB: 0, kvMsPerMB: 0.4494, aneOpMs: 0.0223 };
+const CENTRAL = {
+  dispatchMs: 1.0916,
+  bandwidthFraction: 1,
+  ioMsPerMB: 0,
+  kvMsPerMB: 0.4494,
+  aneOpMs: 0.0223,
+};
 const LOW = { dispatchMs: 1.0979, bandwidthFraction: 1, ioMsPerMB: 0.028, kvMsPerMB: 0.3725, aneOpMs: 0.02 };
 const HIGH = { dispatchMs: 0.4494, bandwidthFraction: 1, ioMsPerMB: 0, kvMsPerMB: 0, aneOpMs: 0.05 };
 // -------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import { FITTED_BAND, FITTED_RUNTIME } from "./calibration.js";
 import { type ChainInput, loadTarget } from "./chain.js";
 import { CHIPS, type ChipId, type ChipProfile, DEFAULT_RUNTIME, type RuntimeFigures } from "./chips.js";
 import { CostplanOptionError, NativePlanUnavailableError } from "./errors.js";
+import type { Calibration } from "./fit.js";
 import {
   type CostplanAddon,
   loadNativeAddon,
@@ -26,7 +27,6 @@ import {
   type NativePlan,
   nativeAvailability,
 } from "./native.js";
-import type { Calibration } from "./fit.js";
 import type { CostReport, RuntimeBand } from "./report.js";
 
 export interface CostplanOptions {
@@ -79,7 +79,10 @@ function runtimeFrom(opts: CostplanOptions): { runtime: RuntimeFigures; band?: R
   if (typeof cal === "object" && cal !== null && "runtime" in cal && "band" in cal)
     return { runtime: { ...cal.runtime, ...opts.runtime }, band: cal.band };
   if (cal !== "fitted" && cal !== "none")
-    throw new CostplanOptionError("calibration", `must be "fitted", "none" or a Calibration, got ${JSON.stringify(cal)}`);
+    throw new CostplanOptionError(
+      "calibration",
+      `must be "fitted", "none" or a Calibration, got ${JSON.stringify(cal)}`,
+    );
   return cal === "fitted"
     ? { runtime: { ...FITTED_RUNTIME, ...opts.runtime }, band: FITTED_BAND }
     : { runtime: { ...DEFAULT_RUNTIME, ...opts.runtime } };

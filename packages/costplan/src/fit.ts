@@ -21,7 +21,14 @@
 import { readFile } from "node:fs/promises";
 import { z } from "zod";
 import { kvChargedMB } from "./assemble.js";
-import { ANE_OP_MS_RANGE, CHIPS, type ChipId, DEFAULT_RUNTIME, type Figure, type RuntimeFigures } from "./chips.js";
+import {
+  ANE_OP_MS_RANGE,
+  CHIPS,
+  type ChipId,
+  DEFAULT_RUNTIME,
+  type Figure,
+  type RuntimeFigures,
+} from "./chips.js";
 import { ReportSchemaError } from "./errors.js";
 import { ANE_KERNEL_OPS } from "./op-table.js";
 import { type CostReport, FigureSchema, parseReport, type RuntimeBand } from "./report.js";
@@ -41,7 +48,13 @@ export const PredictionWorkSchema = z.object({
   switches: z.number().int().nonnegative(),
   /** Bytes of the inputs and outputs a prediction passes (states excluded). */
   ioBytes: nonneg,
-  kv: z.object({ parts: z.number().int().nonnegative(), rows: z.number().int().nonnegative(), bytesPerRow: nonneg }).optional(),
+  kv: z
+    .object({
+      parts: z.number().int().nonnegative(),
+      rows: z.number().int().nonnegative(),
+      bytesPerRow: nonneg,
+    })
+    .optional(),
   /** ANE kernel ops (pay the per-op cost). */
   kernels: z.number().int().nonnegative(),
   /** [FLOPs, bytes moved] of every ANE op that does work. */
@@ -151,13 +164,18 @@ export interface FitOptions {
 // --- work from a report --------------------------------------------------------------------------
 
 const moved = (op: CostReport["packages"][number]["functions"][number]["ops"][number]) =>
-  op.bytesRead.weights + op.bytesRead.activations + op.bytesRead.state + op.bytesWritten.activations + op.bytesWritten.state;
+  op.bytesRead.weights +
+  op.bytesRead.activations +
+  op.bytesRead.state +
+  op.bytesWritten.activations +
+  op.bytesWritten.state;
 
 /** The work of one prediction of `functionName` (default: the decode function) of a report's package. */
 export function workOf(report: CostReport, packageName: string, functionName?: string): PredictionWork {
   const pkg = report.packages.find((p) => p.name === packageName);
   const f = pkg?.functions.find((x) => x.name === (functionName ?? pkg.decodeFunction));
-  if (!pkg || !f) throw new ReportSchemaError("report", `no package/function ${packageName}/${functionName ?? "(decode)"}`);
+  if (!pkg || !f)
+    throw new ReportSchemaError("report", `no package/function ${packageName}/${functionName ?? "(decode)"}`);
   let fixedMs = 0;
   let kernels = 0;
   const ane: [number, number][] = [];
@@ -210,7 +228,8 @@ interface Prepared {
 
 function prepare(s: CalibrationSample, kneeRows: number): Prepared {
   const chip = CHIPS[s.chip as ChipId];
-  if (!chip) throw new ReportSchemaError(s.id, `unknown chip "${s.chip}" (known: ${Object.keys(CHIPS).join(", ")})`);
+  if (!chip)
+    throw new ReportSchemaError(s.id, `unknown chip "${s.chip}" (known: ${Object.keys(CHIPS).join(", ")})`);
   const switchMs = DEFAULT_RUNTIME.switchMs.value;
   let constMs = 0;
   const x = [0, 0, 0, 0];
@@ -226,7 +245,9 @@ function prepare(s: CalibrationSample, kneeRows: number): Prepared {
   const aneMs = (fraction: number) => {
     let v = cache.get(fraction);
     if (v === undefined) {
-      const r = deviceRates("ANE", chip, { bandwidthFraction: { value: fraction, kind: "fitted", source: "" } });
+      const r = deviceRates("ANE", chip, {
+        bandwidthFraction: { value: fraction, kind: "fitted", source: "" },
+      });
       v = 0;
       for (const p of s.predictions) {
         let one = 0;
@@ -262,7 +283,11 @@ function solve(a: number[][], b: number[]): number[] | undefined {
 }
 
 /** min Σ (a·θ − b)² with θ within bounds: every free / at-lower / at-upper combination. */
-function boundedLeastSquares(a: readonly number[][], b: readonly number[], bounds: Bounds): number[] | undefined {
+function boundedLeastSquares(
+  a: readonly number[][],
+  b: readonly number[],
+  bounds: Bounds,
+): number[] | undefined {
   const k = bounds.length;
   let best: { theta: number[]; loss: number } | undefined;
   const states = new Array<number>(k).fill(0);
@@ -274,12 +299,19 @@ function boundedLeastSquares(a: readonly number[][], b: readonly number[], bound
       c = Math.floor(c / 3);
     }
     // a pinned figure (lower = upper) is never free; an infinite upper bound is never "at upper"
-    if (states.some((st, i) => (st === 0 && bounds[i][0] === bounds[i][1]) || (st === 2 && !Number.isFinite(bounds[i][1]))))
+    if (
+      states.some(
+        (st, i) =>
+          (st === 0 && bounds[i][0] === bounds[i][1]) || (st === 2 && !Number.isFinite(bounds[i][1])),
+      )
+    )
       continue;
     const theta = states.map((st, i) => (st === 1 ? bounds[i][0] : st === 2 ? bounds[i][1] : 0));
     const free = states.flatMap((st, i) => (st === 0 ? [i] : []));
     if (free.length > 0) {
-      const rhs = b.map((bi, r) => bi - a[r].reduce((acc, v, i) => acc + (states[i] === 0 ? 0 : v * theta[i]), 0));
+      const rhs = b.map(
+        (bi, r) => bi - a[r].reduce((acc, v, i) => acc + (states[i] === 0 ? 0 : v * theta[i]), 0),
+      );
       const ata = free.map((i) => free.map((j) => a.reduce((acc, row) => acc + row[i] * row[j], 0)));
       const atb = free.map((i) => a.reduce((acc, row, r) => acc + row[i] * rhs[r], 0));
       const z = solve(ata, atb);
@@ -291,7 +323,10 @@ function boundedLeastSquares(a: readonly number[][], b: readonly number[], bound
       });
       if (!ok) continue;
     }
-    const loss = a.reduce((acc, row, r) => acc + (row.reduce((s, v, i) => s + v * theta[i], 0) - b[r]) ** 2, 0);
+    const loss = a.reduce(
+      (acc, row, r) => acc + (row.reduce((s, v, i) => s + v * theta[i], 0) - b[r]) ** 2,
+      0,
+    );
     if (!best || loss < best.loss - 1e-15) best = { theta, loss };
   }
   return best?.theta;
@@ -299,13 +334,11 @@ function boundedLeastSquares(a: readonly number[][], b: readonly number[], bound
 
 const FRACTIONS = Array.from({ length: 181 }, (_, i) => Math.round((0.1 + i * 0.005) * 1e6) / 1e6);
 
-function fitFigures(rows: readonly Prepared[], opBounds: readonly [number, number]): { f: Figures; loss: number } {
-  const bounds: Bounds = [
-    [0, 20],
-    [0, 10],
-    [0, 50],
-    opBounds,
-  ];
+function fitFigures(
+  rows: readonly Prepared[],
+  opBounds: readonly [number, number],
+): { f: Figures; loss: number } {
+  const bounds: Bounds = [[0, 20], [0, 10], [0, 50], opBounds];
   let best: { f: Figures; loss: number } | undefined;
   for (const fraction of FRACTIONS) {
     // residual pred/measured − 1 = a·θ − b
@@ -323,12 +356,17 @@ function fitFigures(rows: readonly Prepared[], opBounds: readonly [number, numbe
       best = { f: { dispatchMs, bandwidthFraction: fraction, ioMsPerMB, kvMsPerMB, aneOpMs }, loss };
     }
   }
-  if (!best) throw new ReportSchemaError("measurements", "no fit: the measurements admit no figures within bounds");
+  if (!best)
+    throw new ReportSchemaError("measurements", "no fit: the measurements admit no figures within bounds");
   return best;
 }
 
 const predictWith = (p: Prepared, f: Figures) =>
-  predicted(p, f.bandwidthFraction, PARAMS.map((k) => f[k]));
+  predicted(
+    p,
+    f.bandwidthFraction,
+    PARAMS.map((k) => f[k]),
+  );
 
 const r4 = (x: number) => Math.round(x * 1e4) / 1e4;
 
@@ -346,17 +384,32 @@ function runtimeFrom(f: Figures, kneeRows: number, source: string): RuntimeFigur
 }
 
 /** Fits the runtime figures to `samples` (role "fit"); predicts every sample; leave-one-out per fit row. */
-export function fitCalibration(samples: readonly CalibrationSample[], options: FitOptions = {}): CalibrationFit {
+export function fitCalibration(
+  samples: readonly CalibrationSample[],
+  options: FitOptions = {},
+): CalibrationFit {
   const kneeRows = options.kneeRows ?? DEFAULT_RUNTIME.kvKneeRows?.value ?? 512;
   const range = options.opRange ?? ANE_OP_MS_RANGE;
   const all = samples.map((s) => prepare(s, kneeRows));
   const fitRows = all.filter((p) => (p.s.role ?? "fit") === "fit");
   if (fitRows.length < 2)
-    throw new ReportSchemaError("measurements", `needs at least 2 measurements to fit, got ${fitRows.length}`);
+    throw new ReportSchemaError(
+      "measurements",
+      `needs at least 2 measurements to fit, got ${fitRows.length}`,
+    );
   const OPEN: readonly [number, number] = [0, 0.2];
   // can the measurements pin the per-op cost? the free fit and every leave-one-out fit must agree
   const free = fitFigures(fitRows, OPEN).f;
-  const freeLoo = fitRows.length > 2 ? fitRows.map((p) => fitFigures(fitRows.filter((o) => o !== p), OPEN).f.aneOpMs) : [];
+  const freeLoo =
+    fitRows.length > 2
+      ? fitRows.map(
+          (p) =>
+            fitFigures(
+              fitRows.filter((o) => o !== p),
+              OPEN,
+            ).f.aneOpMs,
+        )
+      : [];
   const pinned =
     free.aneOpMs > OPEN[0] + 1e-6 &&
     free.aneOpMs < OPEN[1] - 1e-6 &&
@@ -371,7 +424,15 @@ export function fitCalibration(samples: readonly CalibrationSample[], options: F
   const low = fitFigures(fitRows, [lo, lo]).f;
   const high = fitFigures(fitRows, [hi, hi]).f;
   const loo = new Map<string, Figures>();
-  if (fitRows.length > 2) for (const p of fitRows) loo.set(p.s.id, fitFigures(fitRows.filter((o) => o !== p), centralBounds).f);
+  if (fitRows.length > 2)
+    for (const p of fitRows)
+      loo.set(
+        p.s.id,
+        fitFigures(
+          fitRows.filter((o) => o !== p),
+          centralBounds,
+        ).f,
+      );
   const bandSource = pinned
     ? `per-op cost fitted: ${(lo * 1e3).toFixed(1)}–${(hi * 1e3).toFixed(1)} µs over the fit and its leave-one-out fits${from}`
     : `per-op cost not pinned by the measurements: ${range.source}; each end fitted with the other figures${from}`;
@@ -395,7 +456,11 @@ export function fitCalibration(samples: readonly CalibrationSample[], options: F
   return {
     calibration: {
       runtime: runtimeFrom(central.f, kneeRows, source),
-      band: { low: runtimeFrom(low, kneeRows, source), high: runtimeFrom(high, kneeRows, source), source: bandSource },
+      band: {
+        low: runtimeFrom(low, kneeRows, source),
+        high: runtimeFrom(high, kneeRows, source),
+        source: bandSource,
+      },
     },
     rows,
     rmsLogError: Math.sqrt(central.loss / fitRows.length),
@@ -423,13 +488,21 @@ export function calibrationFile(fit: CalibrationFit, from: readonly string[]): C
     tool: { name: TOOL_NAME, version: TOOL_VERSION },
     from: [...from],
     runtime: fullRuntime(runtime),
-    band: { low: fullRuntime(band.low as RuntimeFigures), high: fullRuntime(band.high as RuntimeFigures), source: band.source },
+    band: {
+      low: fullRuntime(band.low as RuntimeFigures),
+      high: fullRuntime(band.high as RuntimeFigures),
+      source: band.source,
+    },
     fit: { samples: fit.rows.length, rmsLogError: fit.rmsLogError, opCost: fit.opCost, rows: [...fit.rows] },
   };
 }
 
 /** Writes a calibration file atomically (temp file, then rename). */
-export async function writeCalibration(file: string, fit: CalibrationFit, from: readonly string[]): Promise<void> {
+export async function writeCalibration(
+  file: string,
+  fit: CalibrationFit,
+  from: readonly string[],
+): Promise<void> {
   await writeJsonAtomic(file, calibrationFile(fit, from));
 }
 
@@ -451,7 +524,9 @@ function parseWith<T>(schema: z.ZodType<T>, value: unknown, where: string): T {
   const r = schema.safeParse(value);
   if (!r.success) {
     const issue = r.error.issues[0];
-    throw new ReportSchemaError(where, `${issue.path.join(".") || "(root)"}: ${issue.message}`, { cause: r.error });
+    throw new ReportSchemaError(where, `${issue.path.join(".") || "(root)"}: ${issue.message}`, {
+      cause: r.error,
+    });
   }
   return r.data;
 }
@@ -465,14 +540,24 @@ export async function readCalibration(file: string): Promise<Calibration> {
 /** "Apple M4 Pro" or "m4-pro" → "m4-pro". */
 function chipIdOf(name: string | undefined): ChipId | undefined {
   if (!name) return undefined;
-  const id = name.toLowerCase().replace(/^apple\s+/, "").trim().replace(/\s+/g, "-");
+  const id = name
+    .toLowerCase()
+    .replace(/^apple\s+/, "")
+    .trim()
+    .replace(/\s+/g, "-");
   return id in CHIPS ? (id as ChipId) : undefined;
 }
 
 const ProfileLike = z.looseObject({
   schema: z.literal("anemll-qwen35.profile"),
   chip: z.string(),
-  packages: z.array(z.looseObject({ name: z.string(), coremlMs: z.number().optional(), work: PredictionWorkSchema.optional() })),
+  packages: z.array(
+    z.looseObject({
+      name: z.string(),
+      coremlMs: z.number().optional(),
+      work: PredictionWorkSchema.optional(),
+    }),
+  ),
 });
 const SelftestLike = z.looseObject({
   schema: z.literal("anemll-qwen35.selftest"),
@@ -483,7 +568,13 @@ const SelftestChains = z.object({
   chains: z.array(
     z.looseObject({
       kv: z.string(),
-      packages: z.array(z.looseObject({ package: z.string(), measuredMs: z.number().optional(), work: PredictionWorkSchema.optional() })),
+      packages: z.array(
+        z.looseObject({
+          package: z.string(),
+          measuredMs: z.number().optional(),
+          work: PredictionWorkSchema.optional(),
+        }),
+      ),
     }),
   ),
 });
@@ -508,10 +599,17 @@ export async function readMeasurements(
       const p = parseWith(ProfileLike, raw, file);
       for (const pkg of p.packages) {
         if (pkg.coremlMs === undefined || !pkg.work) {
-          skipped.push(`${file}: ${pkg.name}: ${pkg.coremlMs === undefined ? "not timed through Core ML" : "no work recorded (profile older than calibrate)"}`);
+          skipped.push(
+            `${file}: ${pkg.name}: ${pkg.coremlMs === undefined ? "not timed through Core ML" : "no work recorded (profile older than calibrate)"}`,
+          );
           continue;
         }
-        samples.push({ id: `${file}:${pkg.name}`, chip: p.chip, measuredMs: pkg.coremlMs, predictions: [pkg.work] });
+        samples.push({
+          id: `${file}:${pkg.name}`,
+          chip: p.chip,
+          measuredMs: pkg.coremlMs,
+          predictions: [pkg.work],
+        });
       }
     } else if (schema === "anemll-qwen35.selftest") {
       const s = parseWith(SelftestLike, raw, file);
@@ -519,7 +617,9 @@ export async function readMeasurements(
       const step = s.steps.find((x) => x.id === "timing:measured");
       const d = step?.details ? SelftestChains.safeParse(step.details) : undefined;
       if (!chip || !d?.success) {
-        skipped.push(`${file}: ${!chip ? `chip "${s.platform.chip ?? "unknown"}" has no profile` : "no measured timing step"}`);
+        skipped.push(
+          `${file}: ${!chip ? `chip "${s.platform.chip ?? "unknown"}" has no profile` : "no measured timing step"}`,
+        );
         continue;
       }
       for (const c of d.data.chains)
@@ -528,7 +628,12 @@ export async function readMeasurements(
             skipped.push(`${file}: ${c.kv}/${pkg.package}: no measured time or no work recorded`);
             continue;
           }
-          samples.push({ id: `${file}:${c.kv}/${pkg.package}`, chip, measuredMs: pkg.measuredMs, predictions: [pkg.work] });
+          samples.push({
+            id: `${file}:${c.kv}/${pkg.package}`,
+            chip,
+            measuredMs: pkg.measuredMs,
+            predictions: [pkg.work],
+          });
         }
     } else if (schema === "anemll-qwen35.costplan") {
       const r = parseReport(raw, file);
@@ -537,7 +642,12 @@ export async function readMeasurements(
           skipped.push(`${file}: ${pkg.name}: no measured prediction (costplan --measure on a Mac)`);
           continue;
         }
-        samples.push({ id: `${file}:${pkg.name}`, chip: r.chip.id, measuredMs: pkg.prediction.measuredMs, predictions: [workOf(r, pkg.name)] });
+        samples.push({
+          id: `${file}:${pkg.name}`,
+          chip: r.chip.id,
+          measuredMs: pkg.prediction.measuredMs,
+          predictions: [workOf(r, pkg.name)],
+        });
       }
     } else {
       throw new ReportSchemaError(

@@ -44,7 +44,9 @@ export function formatReport(r: CostReport, opts: FormatOptions = {}): string {
     ioMs > 0 ? `${fmtMs(ioMs)} passing inputs/outputs` : "",
     kvMs > 0 ? `${fmtMs(kvMs)} ctx term` : "",
   ].filter(Boolean);
-  const msBand = t.estimatedMsBand ? ` [band ${fmtMs(t.estimatedMsBand.low)}–${fmtMs(t.estimatedMsBand.high)}]` : "";
+  const msBand = t.estimatedMsBand
+    ? ` [band ${fmtMs(t.estimatedMsBand.low)}–${fmtMs(t.estimatedMsBand.high)}]`
+    : "";
   out.push(
     `  estimated ${fmtMs(t.estimatedMs)}${msBand} (Σ package predictions incl. ${fmtMs(r.runtime.dispatchMs.value)} dispatch each` +
       (extra.length ? `, ${extra.join(", ")})` : ")"),
@@ -145,7 +147,9 @@ export function formatReport(r: CostReport, opts: FormatOptions = {}): string {
     `  dispatch ${figure(r.runtime.dispatchMs, " ms")} per prediction · device switch ${figure(r.runtime.switchMs, " ms")} · CPU ${figure(r.chip.cpuGBps, " GB/s")}, ${figure(r.chip.cpuGflops, " GFLOPS")}`,
   );
   if (r.runtime.aneOpMs.value > 0)
-    out.push(`  fixed cost per ANE kernel op (conv, linear, matmul, SDPA) ${figure(r.runtime.aneOpMs, " ms")}`);
+    out.push(
+      `  fixed cost per ANE kernel op (conv, linear, matmul, SDPA) ${figure(r.runtime.aneOpMs, " ms")}`,
+    );
   if (r.runtime.ioMsPerMB)
     out.push(`  inputs/outputs ${figure(r.runtime.ioMsPerMB, " ms per MB")} (states excluded)`);
   if (r.runtime.kvMsPerMB && r.runtime.kvMsPerMB.value > 0)

@@ -45,7 +45,8 @@ function program(o: { d: number; proj: number; mms: number; ctx: number; extraIn
   const k = b.readState({ input: b.state("kv", f16([2, 2, o.ctx, o.d / 2])), name: "kv_all" });
   const kk = b.sliceByIndex({ x: k, begin: [0, 0, 0, 0], end: [1, 2, o.ctx, o.d / 2], name: "k" });
   b.output("o", b.scaledDotProductAttention({ query: q, key: kk, value: kk, name: "att" }));
-  if (o.extraIn > 0) b.output("pass", b.identity({ x: b.input("pass_in", f16([1, o.extraIn])), name: "pass" }));
+  if (o.extraIn > 0)
+    b.output("pass", b.identity({ x: b.input("pass_in", f16([1, o.extraIn])), name: "pass" }));
   return b.model();
 }
 
@@ -137,7 +138,9 @@ describe("costplan calibrate: round trip", () => {
       const model = program({ d: 1024, proj: n, mms: 0, ctx: 256 * (i + 1), extraIn: 0 });
       const truth = await costplan(model, { native: "off", calibration: known });
       const plain = await costplan(model, { native: "off", calibration: "none" });
-      samples.push(samplesFromReport(plain, { id: `d${n}`, measuredMs: truth.packages[0].prediction.estimatedMs }));
+      samples.push(
+        samplesFromReport(plain, { id: `d${n}`, measuredMs: truth.packages[0].prediction.estimatedMs }),
+      );
     }
     const fit = fitCalibration(samples);
     expect(fit.opCost).toBe("published-range");

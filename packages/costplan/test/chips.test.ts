@@ -2,7 +2,15 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { CHIP_IDS, CHIPS, DEFAULT_RUNTIME, FITTED_BAND, FITTED_RUNTIME, TOOL_NAME, TOOL_VERSION } from "../src/index.js";
+import {
+  CHIP_IDS,
+  CHIPS,
+  DEFAULT_RUNTIME,
+  FITTED_BAND,
+  FITTED_RUNTIME,
+  TOOL_NAME,
+  TOOL_VERSION,
+} from "../src/index.js";
 
 const pkgDir = join(import.meta.dirname, "..");
 

@@ -28,7 +28,11 @@ export function registerBench(program: Command, ctx: Context): void {
     .option("--model <ref>", "checkpoint folder or hf:owner/name replacing the scale's model")
     .option("--tokens <n>", "decode steps per measurement", int("--tokens", 1))
     .option("--seconds <s>", "seconds per window of parallel and pairing", num("--seconds", 0.1))
-    .option("--ctx <n>", "agent: the chains' context (default 4096; capped by a model's max positions)", int("--ctx", 1))
+    .option(
+      "--ctx <n>",
+      "agent: the chains' context (default 4096; capped by a model's max positions)",
+      int("--ctx", 1),
+    )
     .option(
       "--ane <backend>",
       "auto (Core ML where available), coreml or reference",

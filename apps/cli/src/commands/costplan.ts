@@ -80,8 +80,16 @@ export function registerCostplan(program: Command, ctx: Context): void {
       const fit = fitCalibration(samples, { from: o.from.join(", ") });
       await writeCalibration(o.out, fit, o.from);
       const rt = fit.calibration.runtime;
-      const pct = (e: number | undefined) => (e === undefined ? "—" : `${e >= 0 ? "+" : ""}${(e * 100).toFixed(1)}%`);
-      out.result({ file: o.out, runtime: rt, band: fit.calibration.band, rmsLogError: fit.rmsLogError, opCost: fit.opCost, rows: fit.rows });
+      const pct = (e: number | undefined) =>
+        e === undefined ? "—" : `${e >= 0 ? "+" : ""}${(e * 100).toFixed(1)}%`;
+      out.result({
+        file: o.out,
+        runtime: rt,
+        band: fit.calibration.band,
+        rmsLogError: fit.rmsLogError,
+        opCost: fit.opCost,
+        rows: fit.rows,
+      });
       out.line(
         `fitted on ${fit.rows.filter((r) => r.role === "fit").length} measurements: dispatch ${rt.dispatchMs.value} ms, bandwidth fraction ${rt.bandwidthFraction.value}, ` +
           `I/O ${rt.ioMsPerMB?.value} ms/MB, ctx term ${rt.kvMsPerMB?.value} ms/MB (≤ ${rt.kvKneeRows?.value} rows), per-op ${(rt.aneOpMs.value * 1e3).toFixed(1)} µs; RMS log error ${fit.rmsLogError.toFixed(3)}`,

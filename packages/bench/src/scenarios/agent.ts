@@ -21,19 +21,15 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import {
-  type Calibration,
-  callEstimate,
-  costplan,
-  readCalibration,
-} from "@anemll-qwen35/costplan";
+import { type Calibration, callEstimate, costplan, readCalibration } from "@anemll-qwen35/costplan";
 import { loadTokenizer } from "@anemll-qwen35/generate";
 import OpenAI from "openai";
 import { mlxStatus } from "../backends.js";
 import type { ChartSpec } from "../charts.js";
 import { BenchOptionError } from "../errors.js";
-import { conversionOf, ensureChain, type ModelSpec, modelInfo } from "../models.js";
+import { conversionOf, ensureChain, modelInfo } from "../models.js";
 import { lineChart } from "../report.js";
+import type { AgentParams, AgentScript } from "../scale.js";
 import type { Scenario, ScenarioContext } from "../scenario.js";
 import type { BackendId, Metric, Run, Skip } from "../schema.js";
 import { metric } from "../stats.js";
@@ -74,14 +70,6 @@ export function toolResult(turn: number, tokens: number, encode: (s: string) => 
     text = lines.join("\n");
   }
   return text;
-}
-
-export interface AgentScript {
-  readonly turns: number;
-  readonly toolResultTokens: number;
-  readonly maxTokens: number;
-  /** The tools offered (the first `tools` of AGENT_TOOLS). */
-  readonly tools: number;
 }
 
 /** The CLI the scenario spawns: $ANEMLL_QWEN35_CLI, else the repository's apps/cli/dist/cli.js. */
@@ -146,7 +134,9 @@ async function serve(cli: string, args: readonly string[], log: (l: string) => v
     child.stderr?.on("data", (d) => {
       stderr += d;
     });
-    child.on("exit", (code) => reject(new BenchOptionError("agent", `serve exited (${code}): ${stderr.slice(-800)}`)));
+    child.on("exit", (code) =>
+      reject(new BenchOptionError("agent", `serve exited (${code}): ${stderr.slice(-800)}`)),
+    );
   });
   log(`  serving at ${url}`);
   return {
@@ -211,12 +201,17 @@ async function converse(
     for await (const chunk of stream) {
       const d = chunk.choices[0]?.delta;
       // content, tool-call or reasoning deltas alike: the first token the server streamed
-      if (first === undefined && d && (d.content || d.tool_calls?.length || (d as { reasoning_content?: string }).reasoning_content))
+      if (
+        first === undefined &&
+        d &&
+        (d.content || d.tool_calls?.length || (d as { reasoning_content?: string }).reasoning_content)
+      )
         first = performance.now();
       if (chunk.usage) usage = chunk.usage;
     }
     const end = performance.now();
-    if (!usage) throw new BenchOptionError("agent", "the server sent no usage (stream_options.include_usage)");
+    if (!usage)
+      throw new BenchOptionError("agent", "the server sent no usage (stream_options.include_usage)");
     const ttft = (first ?? end) - t0;
     const n = usage.completion_tokens;
     const m: TurnMeasure = {
@@ -235,12 +230,19 @@ async function converse(
     messages.push({
       role: "assistant",
       content: null,
-      tool_calls: [{ id, type: "function", function: { name: "run_tests", arguments: JSON.stringify({ filter: `t${turn}` }) } }],
+      tool_calls: [
+        {
+          id,
+          type: "function",
+          function: { name: "run_tests", arguments: JSON.stringify({ filter: `t${turn}` }) },
+        },
+      ],
     });
     if (turn === 0) {
       // a model whose ctx cannot hold the whole script gets shorter tool results (the caller notes it)
       const perTurn = 64 + script.maxTokens; // the tool call, the template's role markers, the reply
-      const room = Math.floor((ctx - m.promptTokens - script.maxTokens) / Math.max(1, script.turns - 1)) - perTurn;
+      const room =
+        Math.floor((ctx - m.promptTokens - script.maxTokens) / Math.max(1, script.turns - 1)) - perTurn;
       resultTokens = Math.max(8, Math.min(resultTokens, room));
     }
     messages.push({ role: "tool", tool_call_id: id, content: toolResult(turn, resultTokens, encode) });
@@ -251,23 +253,48 @@ async function converse(
 function turnMetrics(turns: readonly TurnMeasure[], peakRss: number): Metric[] {
   const tok = turns.flatMap((t) => (t.decodeTokS !== undefined ? [t.decodeTokS] : []));
   return [
-    metric("ttft_ms", "ms", turns.map((t) => t.ttftMs), "per turn, in order: request → first streamed delta"),
-    metric("prompt_tokens", "tokens", turns.map((t) => t.promptTokens), "per turn (the server's usage)"),
-    metric("cached_tokens", "tokens", turns.map((t) => t.cachedTokens), "per turn: restored from the prompt cache"),
-    metric("new_tokens", "tokens", turns.map((t) => t.promptTokens - t.cachedTokens), "per turn: prefilled"),
-    metric("completion_tokens", "tokens", turns.map((t) => t.completionTokens), "per turn"),
-    ...(tok.length ? [metric("decode_tok_s", "tok/s", tok, "per turn: (completion tokens − 1) / time after the first delta")] : []),
+    metric(
+      "ttft_ms",
+      "ms",
+      turns.map((t) => t.ttftMs),
+      "per turn, in order: request → first streamed delta",
+    ),
+    metric(
+      "prompt_tokens",
+      "tokens",
+      turns.map((t) => t.promptTokens),
+      "per turn (the server's usage)",
+    ),
+    metric(
+      "cached_tokens",
+      "tokens",
+      turns.map((t) => t.cachedTokens),
+      "per turn: restored from the prompt cache",
+    ),
+    metric(
+      "new_tokens",
+      "tokens",
+      turns.map((t) => t.promptTokens - t.cachedTokens),
+      "per turn: prefilled",
+    ),
+    metric(
+      "completion_tokens",
+      "tokens",
+      turns.map((t) => t.completionTokens),
+      "per turn",
+    ),
+    ...(tok.length
+      ? [
+          metric(
+            "decode_tok_s",
+            "tok/s",
+            tok,
+            "per turn: (completion tokens − 1) / time after the first delta",
+          ),
+        ]
+      : []),
     metric("peak_rss_bytes", "bytes", [peakRss], "the server process's peak resident set"),
   ];
-}
-
-export interface AgentModel {
-  readonly spec: ModelSpec;
-  /** Tokenizer folder for `serve --tokenizer` (synthetic checkpoints have none). */
-  readonly tokenizer?: string;
-  readonly script: AgentScript;
-  /** MLX load quantization (as the other scenarios: 4-bit for the 0.8B). */
-  readonly mlxBits?: 4 | 8;
 }
 
 /** A model's max_position_embeddings (caps the ctx a conversion may take). */
@@ -297,38 +324,62 @@ async function project(
     highMs: k * parts.reduce((s, p) => s + p.highMs, 0),
   });
   const headCall = callEstimate(report, head.name);
-  const decode = sum([sum(sbs.map((c) => callEstimate(report, c.name)), scale), headCall]);
+  const decode = sum([
+    sum(
+      sbs.map((c) => callEstimate(report, c.name)),
+      scale,
+    ),
+    headCall,
+  ]);
   const T = sbs[0]?.prefill?.tokens ?? 1;
-  const chunk = sum(sbs.map((c) => callEstimate(report, c.name, c.prefill?.function)), scale);
+  const chunk = sum(
+    sbs.map((c) => callEstimate(report, c.name, c.prefill?.function)),
+    scale,
+  );
   const ttft = turns.map((t) => {
     const calls = Math.ceil(Math.max(1, t.promptTokens - t.cachedTokens) / T);
     return sum([sum([chunk], calls), headCall]);
   });
   return {
     metrics: [
-      metric("projected_ttft_ms", "ms", ttft.map((x) => x.estimatedMs), "per turn: ⌈new tokens / T⌉ prefill calls + the lm_head"),
-      metric("projected_ttft_ms_low", "ms", ttft.map((x) => x.lowMs), "per turn, low end of the band"),
-      metric("projected_ttft_ms_high", "ms", ttft.map((x) => x.highMs), "per turn, high end of the band"),
+      metric(
+        "projected_ttft_ms",
+        "ms",
+        ttft.map((x) => x.estimatedMs),
+        "per turn: ⌈new tokens / T⌉ prefill calls + the lm_head",
+      ),
+      metric(
+        "projected_ttft_ms_low",
+        "ms",
+        ttft.map((x) => x.lowMs),
+        "per turn, low end of the band",
+      ),
+      metric(
+        "projected_ttft_ms_high",
+        "ms",
+        ttft.map((x) => x.highMs),
+        "per turn, high end of the band",
+      ),
       metric("projected_decode_tok_s", "tok/s", [1000 / decode.estimatedMs], "one decode step of the chain"),
       metric("projected_decode_tok_s_low", "tok/s", [1000 / decode.highMs], "low end of the band"),
       metric("projected_decode_tok_s_high", "tok/s", [1000 / decode.lowMs], "high end of the band"),
-      metric("projected_prefill_call_ms", "ms", [chunk.estimatedMs], `one ${T}-token prefill call of every super-block`),
+      metric(
+        "projected_prefill_call_ms",
+        "ms",
+        [chunk.estimatedMs],
+        `one ${T}-token prefill call of every super-block`,
+      ),
     ],
     notes: [
       `costplan static estimate, M4 Pro, ${report.runtimeBand?.source ?? "no band"}`,
-      ...(scale > 1 ? [`one super-block converted; its calls × ${scale} (one dispatch per super-block: pessimistic by the dispatches a fused package saves)`] : []),
+      ...(scale > 1
+        ? [
+            `one super-block converted; its calls × ${scale} (one dispatch per super-block: pessimistic by the dispatches a fused package saves)`,
+          ]
+        : []),
       ...report.notes.filter((n) => /host/.test(n)),
     ],
   };
-}
-
-export interface AgentParams {
-  readonly ctx: number;
-  readonly models: readonly AgentModel[];
-  /** Models projected on the ANE: a name and a one-super-block (or whole) checkpoint, × superBlocks. */
-  readonly projections: readonly { readonly name: string; readonly spec: ModelSpec; readonly superBlocks?: number }[];
-  readonly body: string;
-  readonly lmHead: string;
 }
 
 async function runAgent(ctx: ScenarioContext, a: AgentParams) {
@@ -336,7 +387,18 @@ async function runAgent(ctx: ScenarioContext, a: AgentParams) {
   const skipped: Skip[] = [];
   const notes: string[] = [];
   const cli = cliPath();
-  if (!cli) return { runs, skipped: [{ what: "agent", reason: "the built CLI (apps/cli/dist/cli.js) was not found: run pnpm run build, or set ANEMLL_QWEN35_CLI" }], notes };
+  if (!cli)
+    return {
+      runs,
+      skipped: [
+        {
+          what: "agent",
+          reason:
+            "the built CLI (apps/cli/dist/cli.js) was not found: run pnpm run build, or set ANEMLL_QWEN35_CLI",
+        },
+      ],
+      notes,
+    };
   const calibration = process.env.ANEMLL_QWEN35_CALIBRATION
     ? await readCalibration(process.env.ANEMLL_QWEN35_CALIBRATION)
     : ("fitted" as const);
@@ -346,17 +408,30 @@ async function runAgent(ctx: ScenarioContext, a: AgentParams) {
     const checkpoint = await m.spec.checkpoint(ctx.log);
     const cap = await maxPositions(checkpoint);
     const modelCtx = Math.min(a.ctx, cap);
-    if (modelCtx < a.ctx) notes.push(`${m.spec.name}: ctx ${modelCtx} (its max_position_embeddings), not ${a.ctx}`);
+    if (modelCtx < a.ctx)
+      notes.push(`${m.spec.name}: ctx ${modelCtx} (its max_position_embeddings), not ${a.ctx}`);
     const tokenizer = await loadTokenizer(m.tokenizer ?? checkpoint);
     const encode = (s: string) => tokenizer.encode(s);
     const info = await modelInfo(m.spec);
-    const chain = await ensureChain(m.spec, { ctx: modelCtx, fuse: "all", body: a.body, lmHead: a.lmHead }, ctx.log);
+    const chain = await ensureChain(
+      m.spec,
+      { ctx: modelCtx, fuse: "all", body: a.body, lmHead: a.lmHead },
+      ctx.log,
+    );
     const tok = m.tokenizer ? ["--tokenizer", m.tokenizer] : [];
     const sides: { backend: BackendId; args: string[]; skip?: string }[] = [
       { backend: "ane-reference", args: [chain.dir, "--backend", "reference", ...tok] },
       {
         backend: "mlx-cpu",
-        args: [checkpoint, "--backend", "mlx", "--ctx", String(modelCtx), ...tok, ...(m.mlxBits ? ["--bits", String(m.mlxBits)] : [])],
+        args: [
+          checkpoint,
+          "--backend",
+          "mlx",
+          "--ctx",
+          String(modelCtx),
+          ...tok,
+          ...(m.mlxBits ? ["--bits", String(m.mlxBits)] : []),
+        ],
         skip: mlx.available ? undefined : mlx.reason,
       },
     ];
@@ -369,19 +444,34 @@ async function runAgent(ctx: ScenarioContext, a: AgentParams) {
       ctx.log(`agent: ${side.backend} · ${m.spec.name} (ctx ${modelCtx}, ${m.script.turns} turns)`);
       const s = await serve(cli, side.args, ctx.log);
       try {
-        const { turns, toolResultTokens } = await converse(s.url, "agent", m.script, modelCtx, encode, ctx.log);
+        const { turns, toolResultTokens } = await converse(
+          s.url,
+          "agent",
+          m.script,
+          modelCtx,
+          encode,
+          ctx.log,
+        );
         if (toolResultTokens < m.script.toolResultTokens)
           notes.push(
             `${m.spec.name} (${side.backend}): tool results of ${toolResultTokens} tokens, not ${m.script.toolResultTokens}, so that ${m.script.turns} turns fit its ctx ${modelCtx}`,
           );
         if (side.backend === "ane-reference" && measuredTurns === undefined) measuredTurns = turns;
-        const backend: BackendId = side.backend === "mlx-cpu" ? (await import("../backends.js")).mlxBackendHere() : side.backend;
+        const backend: BackendId =
+          side.backend === "mlx-cpu" ? (await import("../backends.js")).mlxBackendHere() : side.backend;
         runs.push({
           id: `${backend} · ${m.spec.name}`,
           backend,
           model: info,
           conversion: side.backend === "ane-reference" ? conversionOf(chain.manifest, "fp32") : undefined,
-          config: { ctx: modelCtx, turns: m.script.turns, tools: m.script.tools, toolResultTokens, maxTokens: m.script.maxTokens, promptCache: true },
+          config: {
+            ctx: modelCtx,
+            turns: m.script.turns,
+            tools: m.script.tools,
+            toolResultTokens,
+            maxTokens: m.script.maxTokens,
+            promptCache: true,
+          },
           metrics: turnMetrics(turns, s.peakRss()),
           notes: ["served by `anemll-qwen35 serve`, driven by the openai client (streamed, usage included)"],
         });
@@ -393,19 +483,36 @@ async function runAgent(ctx: ScenarioContext, a: AgentParams) {
   if (measuredTurns) {
     for (const p of a.projections) {
       ctx.log(`agent: costplan projection · ${p.name}`);
-      const chain = await ensureChain(p.spec, { ctx: a.ctx, fuse: "all", body: a.body, lmHead: a.lmHead }, ctx.log);
+      const chain = await ensureChain(
+        p.spec,
+        { ctx: a.ctx, fuse: "all", body: a.body, lmHead: a.lmHead },
+        ctx.log,
+      );
       const pr = await project(chain.dir, p.superBlocks, measuredTurns, calibration);
       runs.push({
         id: `ane-coreml projection · ${p.name}`,
         backend: "ane-coreml",
         model: await modelInfo(p.spec),
         conversion: conversionOf(chain.manifest),
-        config: { projection: "costplan", chip: "m4-pro", ctx: a.ctx, model: p.name, turns: measuredTurns.length },
+        config: {
+          projection: "costplan",
+          chip: "m4-pro",
+          ctx: a.ctx,
+          model: p.name,
+          turns: measuredTurns.length,
+        },
         metrics: pr.metrics,
-        notes: ["a projection (costplan's static model), not a measurement; token counts of the chain run", ...pr.notes],
+        notes: [
+          "a projection (costplan's static model), not a measurement; token counts of the chain run",
+          ...pr.notes,
+        ],
       });
     }
-  } else skipped.push({ what: "agent · projections", reason: "no chain run measured the conversation's token counts" });
+  } else
+    skipped.push({
+      what: "agent · projections",
+      reason: "no chain run measured the conversation's token counts",
+    });
   notes.push(
     "turns are scripted: each adds the same assistant tool call and tool result whatever the model answered (random-weight models), so only token counts matter",
   );
@@ -425,12 +532,28 @@ export const agent: Scenario = {
         if (!y) return [];
         const lo = measured ? y : (get("projected_ttft_ms_low") ?? y);
         const hi = measured ? y : (get("projected_ttft_ms_high") ?? y);
-        return y.map((v, i) => ({ x: i + 1, run: r.id, median: v / 1000, p10: lo[i] / 1000, p90: hi[i] / 1000 }));
+        return y.map((v, i) => ({
+          x: i + 1,
+          run: r.id,
+          median: v / 1000,
+          p10: lo[i] / 1000,
+          p90: hi[i] / 1000,
+        }));
       });
     const axes = { xTitle: "turn", xType: "ordinal" as const, yTitle: "TTFT (s)", color: "run" };
     return [
-      lineChart("ttft", `Agent conversation through serve: TTFT per turn · ${result.scale}`, series(true), axes),
-      lineChart("ttft-projected", "costplan projection on the M4 Pro ANE: TTFT per turn (band)", series(false), axes),
+      lineChart(
+        "ttft",
+        `Agent conversation through serve: TTFT per turn · ${result.scale}`,
+        series(true),
+        axes,
+      ),
+      lineChart(
+        "ttft-projected",
+        "costplan projection on the M4 Pro ANE: TTFT per turn (band)",
+        series(false),
+        axes,
+      ),
     ];
   },
 };
