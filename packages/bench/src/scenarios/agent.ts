@@ -24,6 +24,7 @@ import { fileURLToPath } from "node:url";
 import { type Calibration, callEstimate, costplan, readCalibration } from "@anemll-qwen35/costplan";
 import { loadTokenizer } from "@anemll-qwen35/generate";
 import OpenAI from "openai";
+import { Agent, fetch as undiciFetch } from "undici";
 import { mlxStatus } from "../backends.js";
 import type { ChartSpec } from "../charts.js";
 import { BenchOptionError } from "../errors.js";
@@ -177,7 +178,16 @@ async function converse(
   encode: (s: string) => number[],
   log: (l: string) => void,
 ): Promise<{ turns: TurnMeasure[]; toolResultTokens: number }> {
-  const client = new OpenAI({ baseURL: url, apiKey: "none", maxRetries: 0, timeout: 3_600_000 });
+  // a first turn on the interpreter can take longer than fetch's default 300 s to its headers
+  const dispatcher = new Agent({ headersTimeout: 0, bodyTimeout: 0 });
+  const client = new OpenAI({
+    baseURL: url,
+    apiKey: "none",
+    maxRetries: 0,
+    timeout: 3_600_000,
+    fetch: undiciFetch as unknown as typeof fetch,
+    fetchOptions: { dispatcher } as never,
+  });
   const tools = AGENT_TOOLS.slice(0, script.tools);
   const messages: Message[] = [
     { role: "system", content: SYSTEM },
@@ -442,8 +452,9 @@ async function runAgent(ctx: ScenarioContext, a: AgentParams) {
         continue;
       }
       ctx.log(`agent: ${side.backend} · ${m.spec.name} (ctx ${modelCtx}, ${m.script.turns} turns)`);
-      const s = await serve(cli, side.args, ctx.log);
+      let s: Served | undefined;
       try {
+        s = await serve(cli, side.args, ctx.log);
         const { turns, toolResultTokens } = await converse(
           s.url,
           "agent",
@@ -475,38 +486,50 @@ async function runAgent(ctx: ScenarioContext, a: AgentParams) {
           metrics: turnMetrics(turns, s.peakRss()),
           notes: ["served by `anemll-qwen35 serve`, driven by the openai client (streamed, usage included)"],
         });
+      } catch (e) {
+        if (ctx.signal?.aborted) throw e;
+        // one side failing (a timeout, a server error) leaves the others' runs in the result
+        skipped.push({ what: `agent · ${side.backend} · ${m.spec.name}`, reason: (e as Error).message });
+        ctx.log(`  failed: ${(e as Error).message}`);
       } finally {
-        await s.stop();
+        await s?.stop();
       }
     }
   }
   if (measuredTurns) {
     for (const p of a.projections) {
-      ctx.log(`agent: costplan projection · ${p.name}`);
-      const chain = await ensureChain(
-        p.spec,
-        { ctx: a.ctx, fuse: "all", body: a.body, lmHead: a.lmHead },
-        ctx.log,
-      );
-      const pr = await project(chain.dir, p.superBlocks, measuredTurns, calibration);
-      runs.push({
-        id: `ane-coreml projection · ${p.name}`,
-        backend: "ane-coreml",
-        model: await modelInfo(p.spec),
-        conversion: conversionOf(chain.manifest),
-        config: {
-          projection: "costplan",
-          chip: "m4-pro",
-          ctx: a.ctx,
-          model: p.name,
-          turns: measuredTurns.length,
-        },
-        metrics: pr.metrics,
-        notes: [
-          "a projection (costplan's static model), not a measurement; token counts of the chain run",
-          ...pr.notes,
-        ],
-      });
+      try {
+        ctx.log(`agent: costplan projection · ${p.name}`);
+        const ctxP = Math.min(a.ctx, await maxPositions(await p.spec.checkpoint(ctx.log)));
+        const chain = await ensureChain(
+          p.spec,
+          { ctx: ctxP, fuse: "all", body: a.body, lmHead: a.lmHead },
+          ctx.log,
+        );
+        const pr = await project(chain.dir, p.superBlocks, measuredTurns, calibration);
+        runs.push({
+          id: `ane-coreml projection · ${p.name}`,
+          backend: "ane-coreml",
+          model: await modelInfo(p.spec),
+          conversion: conversionOf(chain.manifest),
+          config: {
+            projection: "costplan",
+            chip: "m4-pro",
+            ctx: ctxP,
+            model: p.name,
+            turns: measuredTurns.length,
+          },
+          metrics: pr.metrics,
+          notes: [
+            "a projection (costplan's static model), not a measurement; token counts of the chain run",
+            ...pr.notes,
+          ],
+        });
+      } catch (e) {
+        if (ctx.signal?.aborted) throw e;
+        // a projection that cannot be prepared (a conversion failing) leaves the measured runs
+        skipped.push({ what: `agent · projection · ${p.name}`, reason: (e as Error).message });
+      }
     }
   } else
     skipped.push({
