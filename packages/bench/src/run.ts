@@ -35,6 +35,8 @@ export interface RunScenarioOptions {
   seconds?: number;
   /** The agent scenario's conversion ctx (default 4096; capped by a model's max positions). */
   ctx?: number;
+  /** A `costplan calibrate` file for the agent scenario's ANE projections. */
+  calibration?: string;
   /** ANE backend (default "auto": Core ML where available, else the reference interpreter). */
   ane?: AneBackendChoice;
   /** Leave the MLX side out. */
@@ -64,6 +66,7 @@ export function reproduceCommand(name: ScenarioName, o: RunScenarioOptions): str
   if (o.tokens) parts.push("--tokens", String(o.tokens));
   if (o.seconds) parts.push("--seconds", String(o.seconds));
   if (o.ctx) parts.push("--ctx", String(o.ctx));
+  if (o.calibration) parts.push("--calibration", o.calibration);
   if (o.ane && o.ane !== "auto") parts.push("--ane", o.ane);
   if (o.noMlx) parts.push("--no-mlx");
   return parts.join(" ");
@@ -94,7 +97,13 @@ export async function runScenario(name: string, o: RunScenarioOptions = {}): Pro
   const startedAt = new Date().toISOString();
   const machine = describeMachine();
   log(`${name} (${scale}): preparing the models (a first full-scale run converts them: minutes)…`);
-  const params = scaleParams(scale, { model: o.model, tokens: o.tokens, seconds: o.seconds, ctx: o.ctx });
+  const params = scaleParams(scale, {
+    model: o.model,
+    tokens: o.tokens,
+    seconds: o.seconds,
+    ctx: o.ctx,
+    calibration: o.calibration,
+  });
   const out = await scenario.run(
     { params, ane: o.ane ?? "auto", noMlx: o.noMlx ?? false, log, signal: o.signal },
     params,

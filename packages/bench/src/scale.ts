@@ -47,6 +47,10 @@ export interface AgentParams {
   }[];
   readonly body: string;
   readonly lmHead: string;
+  /** A `costplan calibrate` file for the projections (default: costplan's fit). */
+  readonly calibration?: string;
+  /** The script the projections cost (its token counts built from the first chain run). */
+  readonly projectScript: AgentScript;
 }
 
 export interface ScaleParams {
@@ -97,10 +101,13 @@ export interface ScaleOverrides {
   readonly seconds?: number;
   /** The agent scenario's conversion ctx (default 4096, capped by a model's max positions). */
   readonly ctx?: number;
+  /** A `costplan calibrate` file for the agent scenario's projections (default: costplan's fit). */
+  readonly calibration?: string;
 }
 
 /** The agent's script: 8 tools, 4 turns of 300-token tool results (reduced at smoke scale). */
 const AGENT_FULL = { turns: 4, toolResultTokens: 300, maxTokens: 16, tools: 8 } as const;
+const SMOKE = { turns: 3, toolResultTokens: 24, maxTokens: 3, tools: 2 } as const;
 
 function agentParams(scale: Scale, ctx: number | undefined): AgentParams {
   const trained = fixtureModel("tiny-trained");
@@ -109,7 +116,8 @@ function agentParams(scale: Scale, ctx: number | undefined): AgentParams {
       ctx: ctx ?? 1024,
       body: "lut4",
       lmHead: "lut4",
-      models: [{ spec: trained, script: { turns: 3, toolResultTokens: 24, maxTokens: 3, tools: 2 } }],
+      models: [{ spec: trained, script: SMOKE }],
+      projectScript: SMOKE,
       projections: [{ name: "tiny-trained", spec: trained }],
     };
   // the synthetic checkpoints have no tokenizer: tiny-trained's serves them (only token counts matter)
@@ -128,6 +136,7 @@ function agentParams(scale: Scale, ctx: number | undefined): AgentParams {
         mlxBits: 4,
       },
     ],
+    projectScript: AGENT_FULL,
     projections: [
       { name: "0.8b", spec: syntheticModel("0.8b") },
       { name: "9b", spec: scaledSyntheticModel("9b", { layers: 4 }), superBlocks: 8 },
@@ -207,6 +216,6 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
     ...(o.tokens ? { decodeSteps: o.tokens } : {}),
     ...(o.seconds ? { parallelSeconds: o.seconds } : {}),
     pairing,
-    agent: agentParams(scale, o.ctx),
+    agent: { ...agentParams(scale, o.ctx), calibration: o.calibration },
   };
 }

@@ -60,6 +60,8 @@ export const ProfilePackageSchema = z.object({
   /** Core ML per-prediction time (macOS only). */
   coremlMs: nonneg.optional(),
   estimatedMs: nonneg,
+  /** estimatedMs at both ends of the per-op ANE cost's band (costplan's runtimeBand). */
+  estimatedBand: z.object({ lowMs: nonneg, highMs: nonneg }).optional(),
   /** The prediction's work as `costplan calibrate` fits it (workOf). */
   work: PredictionWorkSchema.optional(),
   weightBytes: nonneg,
@@ -101,6 +103,7 @@ export const ProfileReportSchema = z.object({
     interpreterMsPerToken: nonneg,
     coremlMsPerToken: nonneg.optional(),
     estimatedMsPerToken: nonneg,
+    estimatedMsPerTokenBand: z.object({ low: nonneg, high: nonneg }).optional(),
   }),
   opTypes: z.array(
     z.object({
@@ -284,6 +287,7 @@ export async function profile(
       interpreterRunsMs: m.runsMs,
       coremlMs,
       estimatedMs: pp.prediction.estimatedMs,
+      estimatedBand: pp.prediction.band,
       weightBytes,
       bytesMoved: ops.reduce((s, o) => s + o.bytes, 0),
       interpreterWeightGBps: gbps(weightBytes, interpreterMs),
@@ -324,6 +328,12 @@ export async function profile(
       interpreterMsPerToken: packages.reduce((s, p) => s + p.interpreterMs, 0),
       coremlMsPerToken: allCoreml ? packages.reduce((s, p) => s + (p.coremlMs ?? 0), 0) : undefined,
       estimatedMsPerToken: packages.reduce((s, p) => s + p.estimatedMs, 0),
+      estimatedMsPerTokenBand: packages.every((p) => p.estimatedBand)
+        ? {
+            low: packages.reduce((s, p) => s + (p.estimatedBand?.lowMs ?? 0), 0),
+            high: packages.reduce((s, p) => s + (p.estimatedBand?.highMs ?? 0), 0),
+          }
+        : undefined,
     },
     opTypes: opTypeRows(packages),
     disagreements: packages
@@ -402,6 +412,7 @@ export function formatProfile(p: ProfileReport): string {
         "interp",
         "Core ML",
         "estimate",
+        "band",
         "weights",
         "interp GB/s",
         "Core ML GB/s",
@@ -413,6 +424,7 @@ export function formatProfile(p: ProfileReport): string {
         ms(k.interpreterMs),
         ms(k.coremlMs),
         ms(k.estimatedMs),
+        k.estimatedBand ? `${ms(k.estimatedBand.lowMs)}–${ms(k.estimatedBand.highMs)}` : "—",
         fmtBytes(k.weightBytes),
         rate(k.interpreterWeightGBps),
         rate(k.coremlWeightGBps),
@@ -426,7 +438,10 @@ export function formatProfile(p: ProfileReport): string {
       (c.coremlMsPerToken !== undefined
         ? ` · Core ML ${ms(c.coremlMsPerToken)} (${(1000 / c.coremlMsPerToken).toFixed(1)} tok/s)`
         : "") +
-      ` · estimate ${ms(c.estimatedMsPerToken)} (${(1000 / c.estimatedMsPerToken).toFixed(1)} tok/s)`,
+      ` · estimate ${ms(c.estimatedMsPerToken)} (${(1000 / c.estimatedMsPerToken).toFixed(1)} tok/s` +
+      (c.estimatedMsPerTokenBand
+        ? `, band ${(1000 / c.estimatedMsPerTokenBand.high).toFixed(1)}–${(1000 / c.estimatedMsPerTokenBand.low).toFixed(1)})`
+        : ")"),
   );
   out.push("");
   out.push("Op types (share of summed op time)");

@@ -33,6 +33,7 @@ export function registerBench(program: Command, ctx: Context): void {
       "agent: the chains' context (default 4096; capped by a model's max positions)",
       int("--ctx", 1),
     )
+    .option("--calibration <file>", "agent: a `costplan calibrate` file for the ANE projections")
     .option(
       "--ane <backend>",
       "auto (Core ML where available), coreml or reference",
@@ -67,6 +68,7 @@ export function registerBench(program: Command, ctx: Context): void {
             tokens: o.tokens,
             seconds: o.seconds,
             ctx: o.ctx,
+            calibration: o.calibration,
             ane: o.ane,
             noMlx: o.mlx === false,
             noCharts: o.charts === false,

@@ -314,10 +314,36 @@ async function maxPositions(dir: string): Promise<number> {
 }
 
 /** costplan's per-turn projection of `turns` on the M4 Pro ANE for the chain in `dir`. */
-async function project(
+/**
+ * The full script's turns (`script.turns` tool results of `script.toolResultTokens`) from a
+ * measured run: its first prompt, the per-turn overhead besides the tool result (the tool call,
+ * the template's markers) and how many tokens of the previous prompt the cache did not restore.
+ */
+export function scriptedTurns(
+  measured: readonly TurnMeasure[],
+  measuredResultTokens: number,
+  script: Pick<AgentScript, "turns" | "toolResultTokens">,
+): { promptTokens: number; cachedTokens: number }[] {
+  const n = measured.length;
+  const overhead =
+    n > 1 ? (measured[n - 1].promptTokens - measured[0].promptTokens) / (n - 1) - measuredResultTokens : 80;
+  // tokens of the previous prompt the cache did not restore (the last one is fed again)
+  const lag = n > 1 ? Math.max(0, measured[0].promptTokens - measured[1].cachedTokens) : 1;
+  const out = [{ promptTokens: measured[0].promptTokens, cachedTokens: 0 }];
+  for (let i = 1; i < script.turns; i++) {
+    const prev = out[i - 1].promptTokens;
+    out.push({
+      promptTokens: Math.round(prev + script.toolResultTokens + overhead),
+      cachedTokens: prev - lag,
+    });
+  }
+  return out;
+}
+
+export async function project(
   dir: string,
   superBlocksPerPackage: number | undefined,
-  turns: readonly TurnMeasure[],
+  turns: readonly { readonly promptTokens: number; readonly cachedTokens: number }[],
   calibration: "fitted" | Calibration,
 ): Promise<{ metrics: Metric[]; notes: string[] }> {
   const report = await costplan(dir, { chip: "m4-pro", native: "off", calibration });
@@ -379,6 +405,18 @@ async function project(
         [chunk.estimatedMs],
         `one ${T}-token prefill call of every super-block`,
       ),
+      metric(
+        "prompt_tokens",
+        "tokens",
+        turns.map((t) => t.promptTokens),
+        "per turn of the full script",
+      ),
+      metric(
+        "cached_tokens",
+        "tokens",
+        turns.map((t) => t.cachedTokens),
+        "per turn of the full script",
+      ),
     ],
     notes: [
       `costplan static estimate, M4 Pro, ${report.runtimeBand?.source ?? "no band"}`,
@@ -409,11 +447,9 @@ async function runAgent(ctx: ScenarioContext, a: AgentParams) {
       ],
       notes,
     };
-  const calibration = process.env.ANEMLL_QWEN35_CALIBRATION
-    ? await readCalibration(process.env.ANEMLL_QWEN35_CALIBRATION)
-    : ("fitted" as const);
+  const calibration = a.calibration ? await readCalibration(a.calibration) : ("fitted" as const);
   const mlx = ctx.noMlx ? { available: false, reason: "--no-mlx" } : mlxStatus();
-  let measuredTurns: TurnMeasure[] | undefined;
+  let measuredTurns: { promptTokens: number; cachedTokens: number }[] | undefined;
   for (const m of a.models) {
     const checkpoint = await m.spec.checkpoint(ctx.log);
     const cap = await maxPositions(checkpoint);
@@ -467,7 +503,9 @@ async function runAgent(ctx: ScenarioContext, a: AgentParams) {
           notes.push(
             `${m.spec.name} (${side.backend}): tool results of ${toolResultTokens} tokens, not ${m.script.toolResultTokens}, so that ${m.script.turns} turns fit its ctx ${modelCtx}`,
           );
-        if (side.backend === "ane-reference" && measuredTurns === undefined) measuredTurns = turns;
+        // the projections cost the full script (the measured run may have shortened it to fit its ctx)
+        if (side.backend === "ane-reference" && measuredTurns === undefined)
+          measuredTurns = scriptedTurns(turns, toolResultTokens, a.projectScript);
         const backend: BackendId =
           side.backend === "mlx-cpu" ? (await import("../backends.js")).mlxBackendHere() : side.backend;
         runs.push({
