@@ -128,11 +128,12 @@ function agentParams(scale: Scale, ctx: number | undefined): AgentParams {
     lmHead: "lut4",
     models: [
       { spec: trained, script: AGENT_FULL },
-      // the interpreter runs the 0.8B at about a token a second on two cores: fewer, shorter turns
+      // the interpreter runs the 0.8B at about a token a second on two quiet cores (far slower on a
+      // shared machine): 2 tools, 2 turns of 64-token results, 2 tokens a reply
       {
         spec: syntheticModel("0.8b"),
         tokenizer,
-        script: { turns: 3, toolResultTokens: 150, maxTokens: 4, tools: 8 },
+        script: { turns: 2, toolResultTokens: 64, maxTokens: 2, tools: 2 },
         mlxBits: 4,
       },
     ],
