@@ -256,7 +256,12 @@ async function main(): Promise<void> {
   const samples = SCENARIOS.map((s) => sampleOf(s, s.report as CostReport));
   const dir = join(here, "results");
   const measurementsFile = join(dir, "study-measurements.json");
-  await writeJsonAtomic(measurementsFile, { schema: MEASUREMENTS_SCHEMA, schemaVersion: 1, samples });
+  // compact: every op's [FLOPs, bytes] of nine programs
+  await writeJsonAtomic(
+    measurementsFile,
+    { schema: MEASUREMENTS_SCHEMA, schemaVersion: 1, samples },
+    undefined,
+  );
   const fit = fitCalibration(samples, {
     from: "the reference study (bench/results/study-measurements.json)",
   });

@@ -68,11 +68,15 @@ export function table(
 }
 
 /** Writes `value` as JSON to `file` atomically: a temp file beside it, then a rename. */
-export async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
+export async function writeJsonAtomic(
+  file: string,
+  value: unknown,
+  indent: number | undefined = 2,
+): Promise<void> {
   await mkdir(dirname(file), { recursive: true });
   const tmp = `${file}.${process.pid}.tmp`;
   try {
-    await writeFile(tmp, `${JSON.stringify(value, null, 2)}\n`);
+    await writeFile(tmp, `${JSON.stringify(value, null, indent)}\n`);
     await rename(tmp, file);
   } catch (cause) {
     await rm(tmp, { force: true });
