@@ -24,6 +24,8 @@ export interface ModelOptions {
   ctx?: number;
   dtype?: "float32" | "bfloat16" | "float16";
   bits?: 4 | 8;
+  speculative?: "mtp";
+  gamma?: number;
 }
 
 export function addModelOptions(cmd: Command): Command {
@@ -68,7 +70,13 @@ export function addModelOptions(cmd: Command): Command {
       "--bits <n>",
       "mlx backend: quantize the weights to 4 or 8 bits at load (a 9B needs ~18 GB in bfloat16, ~5 GB at 4 bits)",
       (v: string) => (choice("--bits", ["4", "8"] as const)(v) === "4" ? 4 : 8),
-    );
+    )
+    .option(
+      "--speculative <draft>",
+      "speculative decoding: mtp drafts with the model's own multi-token-prediction head and verifies the drafts in one call (greedy output unchanged, sampling keeps the distribution)",
+      choice("--speculative", ["mtp"] as const),
+    )
+    .option("--gamma <n>", "--speculative: draft tokens per round (default 2)", int("--gamma", 1));
 }
 
 /** The command line's model options as loadModel options. */
@@ -83,6 +91,8 @@ export function loadOptions(o: ModelOptions, notice: (s: string) => void): LoadM
     contextLength: o.ctx,
     dtype: o.dtype,
     bits: o.bits,
+    speculative: o.speculative,
+    gamma: o.gamma,
     onProgress: (e) => {
       if (e.stage === "compile" && e.state === "start")
         notice(`compiling ${e.component} for Core ML (the first ANE compile can take minutes)…`);

@@ -55,6 +55,16 @@ export interface LoadModelOptions {
   bits?: 4 | 8;
   /** mlx: allocate the KV cache for the whole context at once instead of growing it. */
   preallocateKv?: boolean;
+  /** mlx: load the checkpoint's multi-token-prediction head when it has one (default true; false saves its memory). */
+  mtp?: boolean;
+  /**
+   * `"mtp"`: every `generate()` of the loaded model decodes speculatively with the model's own MTP
+   * head (a call's own `speculative` / `gamma` win). Checked at load: SpeculativeUnsupportedError
+   * when the model has no head, InvalidArgumentError for a `gamma` past its maxDraftTokens.
+   */
+  speculative?: "mtp";
+  /** With `speculative`: draft tokens per round (default 2, at most the model's maxDraftTokens). */
+  gamma?: number;
   /**
    * mlx: split the model across the ranks this process was launched with (`anemll-qwen35 launch`,
    * MLX's ring backend); this process is rank 0 and the others run runModelRank. Resolves once every
