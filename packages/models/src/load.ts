@@ -147,6 +147,8 @@ async function loadChain(
     ringSinks: o.ringSinks,
     prefillFunction: o.prefillFunction,
     prefillCheck: o.prefillCheck,
+    // the MTP head and the verify functions, when asked to speculate (chains converted with the head)
+    speculative: o.speculative === "mtp",
     onProgress: (e) => o.onProgress?.(e),
     signal: o.signal,
   });

@@ -10,15 +10,18 @@ import { AnemllError, InvalidArgumentError, type Tensor } from "@anemll-qwen35/c
 import {
   ContextOverflowError,
   SnapshotMismatchError,
+  type SpeculativeStepModel,
   type StateSnapshot,
-  type StepModel,
   type StepOptions,
   type StepOutput,
 } from "@anemll-qwen35/generate";
 import {
   type ChainManifest,
+  type ChainManifestComponent,
   ChainStepper,
   type ComponentSnapshot,
+  hiddenRow,
+  MtpHead,
   readChainManifest,
   type StatePlan,
   type VerifyChainOptions,
@@ -55,6 +58,15 @@ export interface LoadChainOptions {
    * "off" trusts model.json.
    */
   prefillCheck?: PrefillCheckMode;
+  /**
+   * Speculative decoding with the chain's MTP head (model.json's `speculative`; default false):
+   * loads the head's package and every super-block and lm_head package's verify function, which
+   * then also serves as the decode step — resident per super-block package: prefill + verify
+   * (decode is loaded only when the chain reaches the last k positions of its context, or ring
+   * rows past it, where k + 1 rows no longer fit); lm_head: verify only. Without a head in the
+   * conversion the chain loads as usual and maxDraftTokens is 0.
+   */
+  speculative?: boolean;
   /**
    * Check every package against model.json's sha256 before loading (default true; digests are
    * cached by the packages' inodes, sizes, mtimes and ctimes, see ir/chain's verifyChainPackages).
@@ -104,6 +116,21 @@ export class ChainLoadError extends AnemllError {
   }
 }
 
+/** What a speculating chain keeps for its MTP head: its cache, and the trunk's rows it has yet to see. */
+interface HeadSnapshot {
+  readonly cache: ComponentSnapshot;
+  readonly committed: number;
+  readonly trail: readonly TrailRow[];
+  readonly selection: number;
+}
+
+/** A consumed token and the last super-block's hidden row [1, D, 1, 1] at its position. */
+interface TrailRow {
+  readonly position: number;
+  readonly token: number;
+  readonly hidden: Tensor;
+}
+
 /** A ChainRunner's state: every super-block's buffers (KV rows written so far) and the tokens consumed. */
 class ChainSnapshot implements StateSnapshot {
   readonly bytes: number;
@@ -114,9 +141,14 @@ class ChainSnapshot implements StateSnapshot {
     /** The tokens a slide would prefill again (slide mode only). */
     readonly history: Int32Array,
     blocks: readonly (ComponentSnapshot | undefined)[],
+    /** A speculating chain's MTP head. */
+    readonly head?: HeadSnapshot,
   ) {
     this.blocks = blocks;
-    this.bytes = history.byteLength + blocks.reduce((n, b) => n + (b?.bytes ?? 0), 0);
+    this.bytes =
+      history.byteLength +
+      blocks.reduce((n, b) => n + (b?.bytes ?? 0), 0) +
+      (head ? head.cache.bytes + head.trail.reduce((n, r) => n + r.hidden.data.byteLength, 0) : 0);
   }
   /** The super-blocks' copies (undefined once disposed). */
   get states(): readonly (ComponentSnapshot | undefined)[] | undefined {
@@ -127,7 +159,7 @@ class ChainSnapshot implements StateSnapshot {
   }
 }
 
-export class ChainRunner implements StepModel {
+export class ChainRunner implements SpeculativeStepModel {
   readonly manifest: ChainManifest;
   readonly dir: string;
   readonly backend: Backend;
@@ -138,6 +170,17 @@ export class ChainRunner implements StepModel {
   private readonly stepper: ChainStepper;
   private readonly overflow: ContextOverflow;
   private readonly slideKeep: number;
+  /** A speculating chain: its MTP head and what it has yet to see. */
+  private readonly head?: MtpHead;
+  private readonly headComponent?: LoadedComponent;
+  /** Head cache slots filled with (trunk hidden_t, token t+1): t < committed. */
+  private headCommitted = 0;
+  /** Consumed tokens with their trunk hidden rows, from position headCommitted − 1 on. */
+  private trail: TrailRow[] = [];
+  /** The last verify, until accept() commits a prefix of it. */
+  private pending?:
+    | { readonly kind: "rows"; readonly ids: readonly number[]; readonly rows: readonly Tensor[] }
+    | { readonly kind: "replay"; readonly ids: readonly number[]; readonly before: StateSnapshot };
   /** Tokens consumed since reset. */
   private pos = 0;
   /** "slide": every token consumed since reset (to refill the window when sliding). */
@@ -150,6 +193,7 @@ export class ChainRunner implements StepModel {
     backend: Backend,
     loaded: LoadedComponent[],
     o: LoadChainOptions,
+    head?: { entry: ChainManifestComponent; loaded: LoadedComponent },
   ) {
     this.dir = dir;
     this.manifest = manifest;
@@ -163,6 +207,7 @@ export class ChainRunner implements StepModel {
       predict: (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) =>
         loaded[i].predict(inputs, state, position),
       prefill: loaded[i].prefill,
+      verify: loaded[i].verify,
     }));
     this.overflow = o.contextOverflow ?? "error";
     const sinks = o.ringSinks ?? DEFAULT_RING_SINKS;
@@ -170,7 +215,20 @@ export class ChainRunner implements StepModel {
       throw new InvalidArgumentError(`ringSinks must be an integer in [0, ${manifest.ctx}), got ${sinks}`);
     this.stepper = new ChainStepper(parts[0], parts.slice(1, -1), parts[parts.length - 1], {
       ring: this.overflow === "ring" ? { sinks } : undefined,
+      headRows: head !== undefined,
     });
+    if (head) {
+      this.headComponent = head.loaded;
+      this.head = new MtpHead(
+        {
+          name: head.entry.name,
+          io: head.entry.io,
+          newState: (plan: StatePlan) => head.loaded.newState(plan),
+          predict: (inputs, state, position) => head.loaded.predict(inputs, state, position),
+        },
+        this.overflow === "ring" ? sinks : 0,
+      );
+    }
     // ring: as many positions as the packages can encode
     this.contextLength = this.overflow === "ring" ? this.stepper.positionLimit : manifest.ctx;
     this.slideKeep = o.slideKeep ?? 0.5;
@@ -203,6 +261,8 @@ export class ChainRunner implements StepModel {
     // a recorded fallback: the prefill functions are not loaded at all
     if (check?.recorded?.keep === false) options = { ...options, prefillFunction: false };
     const loaded: LoadedComponent[] = [];
+    const spec = options.speculative ? manifest.speculative : undefined;
+    let head: { entry: ChainManifestComponent; loaded: LoadedComponent } | undefined;
     try {
       for (const [index, entry] of manifest.components.entries()) {
         options.signal?.throwIfAborted();
@@ -218,12 +278,16 @@ export class ChainRunner implements StepModel {
             loaded.push(await loadHostEmbedding(join(dir, entry.file), entry.name, entry.function, entry.io));
             continue;
           }
+          // speculating: the verify function serves as the decode step (decode loads only if needed)
+          const verify = spec ? entry.verify : undefined;
           loaded.push(
             await options.backend.load(join(dir, entry.file), {
               name: entry.name,
               functionName: entry.function,
               io: entry.io,
               prefill: options.prefillFunction === false ? undefined : entry.prefill,
+              verify,
+              lazyMain: verify !== undefined,
               sha256: entry.sha256,
               signal: options.signal,
             }),
@@ -235,11 +299,39 @@ export class ChainRunner implements StepModel {
           });
         }
       }
+      if (spec) {
+        const entry = spec.mtp;
+        options.onProgress?.({
+          stage: "load",
+          component: entry.name,
+          index: loaded.length,
+          total: loaded.length + 1,
+        });
+        try {
+          const c = await options.backend.load(join(dir, entry.file), {
+            name: entry.name,
+            functionName: entry.function,
+            io: entry.io,
+            sha256: entry.sha256,
+            signal: options.signal,
+          });
+          head = { entry, loaded: c };
+        } catch (err) {
+          if ((err as Error).name === "AbortError") throw err;
+          throw new ChainLoadError(entry.name, `could not load ${entry.file}: ${(err as Error).message}`, {
+            cause: err,
+          });
+        }
+        const missing = manifest.components.find((c) => c.kind !== "embed" && !c.verify);
+        if (missing)
+          throw new ChainLoadError(missing.name, "model.json lists an MTP head but no verify function here");
+      }
     } catch (err) {
       for (const c of loaded) c.dispose();
+      head?.loaded.dispose();
       throw err;
     }
-    const runner = new ChainRunner(dir, manifest, options.backend, loaded, options);
+    const runner = new ChainRunner(dir, manifest, options.backend, loaded, options, head);
     return check ? ChainRunner.checkPrefill(runner, check, options) : runner;
   }
 
@@ -303,6 +395,11 @@ export class ChainRunner implements StepModel {
     return this.checked;
   }
 
+  /** The most drafts one verify call takes: k of the conversion when speculating, else 0. */
+  get maxDraftTokens(): number {
+    return this.head ? (this.manifest.speculative?.draftTokens ?? 0) : 0;
+  }
+
   get position(): number {
     return this.pos;
   }
@@ -311,17 +408,28 @@ export class ChainRunner implements StepModel {
     this.pos = 0;
     this.history = [];
     this.stepper.reset();
+    this.head?.state.reset();
+    this.headCommitted = 0;
+    this.trail = [];
+    this.pending = undefined;
   }
 
   /** Copies every super-block's state (KV caches up to the rows written) and the tokens consumed. */
   async snapshot(): Promise<StateSnapshot> {
     this.checkLive();
     const rows = Math.min(this.pos, this.manifest.ctx);
+    const head = this.head && {
+      cache: await this.head.state.snapshot(Math.min(this.headCommitted, this.manifest.ctx)),
+      committed: this.headCommitted,
+      trail: [...this.trail],
+      selection: this.stepper.selection,
+    };
     return new ChainSnapshot(
       this,
       this.pos,
       Int32Array.from(this.history),
       await this.stepper.snapshot(rows),
+      head,
     );
   }
 
@@ -335,9 +443,21 @@ export class ChainRunner implements StepModel {
     await this.stepper.restore(states);
     this.pos = snapshot.position;
     this.history = Array.from(snapshot.history);
+    this.pending = undefined;
+    const head = snapshot.head;
+    if (this.head && head) {
+      await this.head.state.restore(head.cache);
+      this.headCommitted = head.committed;
+      this.trail = [...head.trail];
+      this.stepper.selection = head.selection;
+    }
   }
 
   async prefill(ids: Int32Array | number[], opts: StepOptions = {}): Promise<StepOutput> {
+    // a verify not accepted is dropped: the state is where it was before it
+    const dropped = this.pending;
+    this.pending = undefined;
+    if (dropped?.kind === "replay") await this.restore(dropped.before);
     const tokens = Array.from(ids);
     if (tokens.length === 0) throw new AnemllError("E_EMPTY_PROMPT", "prefill needs at least one token");
     if (this.position + tokens.length > this.contextLength) {
@@ -355,6 +475,17 @@ export class ChainRunner implements StepModel {
   }
 
   async decode(id: number, opts: StepOptions = {}): Promise<StepOutput> {
+    // speculating: the verify function is the decode step while its rows fit the context
+    if (this.head && this.verifyFits()) {
+      const [out] = await this.verify([id], opts);
+      await this.accept(1, opts);
+      return out;
+    }
+    return this.decodeOne(id, opts);
+  }
+
+  /** One token through the decode function (sliding or wrapping past the context as configured). */
+  private async decodeOne(id: number, opts: StepOptions): Promise<StepOutput> {
     if (this.position >= this.contextLength) {
       if (this.overflow === "ring") throw new PositionLimitError(this.position, this.contextLength);
       if (this.overflow === "error") throw new ContextOverflowError(this.position + 1, this.contextLength);
@@ -393,15 +524,44 @@ export class ChainRunner implements StepModel {
       i += chunk.length;
       const last = i === tokens.length;
       const r = await this.stepper.prefill(chunk, this.pos, wantOutput && last);
-      this.pos += chunk.length;
-      if (this.overflow === "slide") this.history.push(...chunk);
+      this.record(chunk, r.hidden[r.hidden.length - 1]);
       out = r.head;
     }
     for (; i < tokens.length; i++) {
       opts.signal?.throwIfAborted();
+      // speculating: the rest goes through verify calls, every row accepted (decode is not loaded)
+      if (this.head && this.verifyFits()) {
+        const chunk = tokens.slice(i, i + (this.stepper.verifyTokens as number));
+        const hiddens = await this.stepper.verify(chunk, this.pos);
+        this.stepper.accept(chunk.length);
+        const last = hiddens[hiddens.length - 1];
+        this.record(chunk, last);
+        i += chunk.length - 1;
+        if (wantOutput && i === tokens.length - 1)
+          out = await this.stepper.runHead(hiddenRow(last, chunk.length - 1));
+        continue;
+      }
       out = await this.step(tokens[i], wantOutput && i === tokens.length - 1);
     }
     return out ?? { logits: new Float32Array(0) };
+  }
+
+  /** Whether a verify call's k + 1 rows fit the context from the current position. */
+  private verifyFits(): boolean {
+    const T = this.stepper.verifyTokens;
+    return T !== undefined && this.pos + T <= this.manifest.ctx;
+  }
+
+  /**
+   * A speculating chain: the tokens just consumed at [pos, pos + n) with the last super-block's
+   * hidden state of them ([1, D, 1, ≥ n]), kept until the MTP head has seen them; advances pos.
+   */
+  private record(tokens: readonly number[], hidden: Tensor): void {
+    for (const [j, token] of tokens.entries()) {
+      if (this.head) this.trail.push({ position: this.pos, token, hidden: hiddenRow(hidden, j) });
+      this.pos++;
+    }
+    if (this.overflow === "slide") this.history.push(...tokens);
   }
 
   private checkLive(): void {
@@ -411,15 +571,140 @@ export class ChainRunner implements StepModel {
   private async step(token: number, withHead: boolean): Promise<StepOutput | undefined> {
     this.checkLive();
     const r = await this.stepper.step(token, this.pos, withHead);
-    this.pos++;
-    if (this.overflow === "slide") this.history.push(token);
+    this.record([token], r.hidden[r.hidden.length - 1]);
     return r.head;
+  }
+
+  private speculating(): MtpHead {
+    this.checkLive();
+    if (!this.head)
+      throw new AnemllError(
+        "E_SPECULATIVE_UNSUPPORTED",
+        this.manifest.speculative
+          ? "this chain was loaded without speculative: true (load it with the MTP head to draft)"
+          : "this chain was converted without an MTP head (no mtp.* tensors in the checkpoint, or --no-mtp)",
+      );
+    return this.head;
+  }
+
+  /** The head's cache catches up with the trunk: the pairs (hidden_t, token t+1) for t < pos − 1. */
+  private async catchUpHead(head: MtpHead, opts: StepOptions): Promise<void> {
+    const byPos = new Map(this.trail.map((r) => [r.position, r]));
+    for (let t = this.headCommitted; t < this.pos - 1; t++) {
+      opts.signal?.throwIfAborted();
+      const h = byPos.get(t);
+      const next = byPos.get(t + 1);
+      if (!h || !next) throw new AnemllError("E_CHAIN_STATE", `the MTP head lost the trunk's row ${t}`);
+      await head.step(h.hidden, await this.stepper.embedToken(next.token), 0, t);
+    }
+    this.headCommitted = Math.max(this.headCommitted, this.pos - 1);
+    this.trail = this.trail.filter((r) => r.position >= this.pos - 1);
+  }
+
+  /**
+   * Drafts `gamma` tokens after `next` (the token chosen from the last output, not yet consumed)
+   * with the MTP head applied recursively; the trunk's state does not move. Step 0 is the head's
+   * entry for (hidden of the last consumed token, next) — kept; the later steps' entries are
+   * provisional and rewritten from the trunk's hidden states once their tokens are accepted.
+   */
+  async draft(
+    next: number,
+    gamma: number,
+    pick: (out: StepOutput, i: number) => number,
+    opts: StepOptions = {},
+  ): Promise<{ ids: number[]; outputs: StepOutput[] }> {
+    const head = this.speculating();
+    const k = this.maxDraftTokens;
+    if (!Number.isInteger(gamma) || gamma < 1 || gamma > k)
+      throw new InvalidArgumentError(
+        `gamma must be an integer from 1 to ${k} (this chain's drafts per verify), got ${gamma}`,
+      );
+    if (this.pos === 0) throw new InvalidArgumentError("draft needs a consumed token (prefill first)");
+    if (this.pending) throw new AnemllError("E_CHAIN_STATE", "draft before accept() of the last verify");
+    await this.catchUpHead(head, opts);
+    const last = this.trail.find((r) => r.position === this.pos - 1);
+    if (!last) throw new AnemllError("E_CHAIN_STATE", "the MTP head lost the trunk's last row");
+    const ids: number[] = [];
+    const outputs: StepOutput[] = [];
+    let hidden = last.hidden;
+    let token = next;
+    for (let i = 0; i < gamma; i++) {
+      opts.signal?.throwIfAborted();
+      hidden = await head.step(
+        hidden,
+        await this.stepper.embedToken(token),
+        i === 0 ? 0 : 1,
+        this.pos - 1 + i,
+      );
+      const [out] = await this.stepper.runHeadRows([hidden], [1]);
+      outputs.push(out);
+      token = pick(out, i);
+      ids.push(token);
+    }
+    this.headCommitted = this.pos;
+    return { ids, outputs };
+  }
+
+  /**
+   * Scores [next, ...drafts] in one call of every package's verify function (rows past them
+   * masked); row j is the trunk's output after ids[0..j]. Nothing is committed until accept().
+   * Where the k + 1 rows do not fit the context (its last k positions, ring rows past it) the ids
+   * go through decode one by one and accept() rolls back to a snapshot (same outputs, more calls).
+   */
+  async verify(ids: number[], opts: StepOptions = {}): Promise<StepOutput[]> {
+    this.speculating();
+    const T = this.stepper.verifyTokens as number;
+    if (ids.length < 1 || ids.length > T)
+      throw new InvalidArgumentError(
+        `verify takes 1 … ${T} ids (next and up to ${T - 1} drafts), got ${ids.length}`,
+      );
+    if (this.pending) throw new AnemllError("E_CHAIN_STATE", "verify before accept() of the last verify");
+    opts.signal?.throwIfAborted();
+    if (this.verifyFits()) {
+      const hiddens = await this.stepper.verify(ids, this.pos);
+      const last = hiddens[hiddens.length - 1];
+      const rows = ids.map((_, j) => hiddenRow(last, j));
+      const outputs = await this.stepper.runHeadRows(rows, new Array(rows.length).fill(0));
+      this.pending = { kind: "rows", ids: [...ids], rows };
+      return outputs;
+    }
+    const before = await this.snapshot();
+    const outputs: StepOutput[] = [];
+    for (const id of ids) outputs.push(await this.decodeOne(id, opts));
+    this.pending = { kind: "replay", ids: [...ids], before };
+    return outputs;
+  }
+
+  /** Commits the first n ids of the last verify; nothing advances past a rejected token. */
+  async accept(n: number, opts: StepOptions = {}): Promise<void> {
+    this.speculating();
+    const p = this.pending;
+    if (!p) throw new AnemllError("E_CHAIN_STATE", "accept() without a verify");
+    if (!Number.isInteger(n) || n < 1 || n > p.ids.length)
+      throw new InvalidArgumentError(
+        `accept takes 1 … ${p.ids.length} (the ids of the last verify), got ${n}`,
+      );
+    this.pending = undefined;
+    if (p.kind === "rows") {
+      this.stepper.accept(n);
+      for (const [j, token] of p.ids.slice(0, n).entries()) {
+        this.trail.push({ position: this.pos, token, hidden: p.rows[j] });
+        this.pos++;
+      }
+      if (this.overflow === "slide") this.history.push(...p.ids.slice(0, n));
+      return;
+    }
+    if (n === p.ids.length) return;
+    await this.restore(p.before);
+    p.before.dispose();
+    for (const id of p.ids.slice(0, n)) await this.decodeOne(id, opts);
   }
 
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
     for (const c of this.components) c.dispose();
+    this.headComponent?.dispose();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -21,7 +21,8 @@ import { type BuildOptions, type ComponentSpec, resolveBuildOptions } from "../o
 import { formatWeightQuant } from "../quant/policy.js";
 import { buildEmbed } from "./embed.js";
 import { checkAneLimits } from "./limits.js";
-import { buildLmHead } from "./lm-head.js";
+import { buildLmHead, buildLmHeadRows } from "./lm-head.js";
+import { buildMtp } from "./mtp.js";
 import { buildSuperblocks } from "./superblock.js";
 import { GraphWeights, type WeightSource } from "./weights.js";
 
@@ -32,11 +33,15 @@ export interface BuiltComponent {
   readonly io: ComponentIO;
   /** Super-blocks built with prefillBatch > 0: the prefill function (same weights). */
   readonly prefill?: PrefillFunction;
+  /** Super-blocks and lm_head built with verifyTokens > 0: the verify function (same weights). */
+  readonly verify?: PrefillFunction;
 }
 
 /** Function names of a super-block package with a prefill function. */
 export const DECODE_FUNCTION = "decode";
 export const PREFILL_FUNCTION = "prefill";
+/** The verify function of super-block and lm_head packages of a chain with an MTP head. */
+export const VERIFY_FUNCTION = "verify";
 
 /** Throws UnsupportedModelError for checkpoints the ANE graphs do not cover (MoE). */
 export function assertConvertible(source: Pick<WeightSource, "config">): void {
@@ -60,10 +65,13 @@ export async function buildComponent(
 ): Promise<BuiltComponent> {
   assertConvertible(source);
   const o = resolveBuildOptions(source.config, spec, options);
-  // a prefill function beside decode: one program, its weights made once and adopted by both
-  const multi = spec.kind === "superblocks" && o.prefillBatch > 0 && !builder;
+  // a prefill or verify function beside decode (lm_head: verify beside main): one program, its
+  // weights made once and adopted by every function
+  const verifies = (spec.kind === "superblocks" || spec.kind === "lm_head") && o.verifyTokens > 0;
+  const multi = ((spec.kind === "superblocks" && o.prefillBatch > 0) || verifies) && !builder;
   const program = multi ? new MilProgramBuilder({ blobSink: options.blobSink }) : undefined;
-  const b = program?.function(DECODE_FUNCTION) ?? builder ?? new MilBuilder({ blobSink: options.blobSink });
+  const mainName = spec.kind === "superblocks" ? DECODE_FUNCTION : "main";
+  const b = program?.function(mainName) ?? builder ?? new MilBuilder({ blobSink: options.blobSink });
   const shared = program ? new Map<string, MilVar>() : undefined;
   const weightsFor = (fb: MilBuilder) =>
     new GraphWeights(fb, source, {
@@ -80,16 +88,30 @@ export async function buildComponent(
   let io: ComponentIO;
   if (spec.kind === "embed") io = await buildEmbed(w, o);
   else if (spec.kind === "superblocks") io = await buildSuperblocks(w, spec.first, spec.count, o);
+  else if (spec.kind === "mtp") io = await buildMtp(w, o);
   else io = await buildLmHead(w, o);
   checkAneLimits(b.function(), describe(spec), (name) => w.tensorOf(name));
   let prefill: PrefillFunction | undefined;
-  if (program && spec.kind === "superblocks") {
+  if (program && spec.kind === "superblocks" && o.prefillBatch > 0) {
     const pb = program.function(PREFILL_FUNCTION);
     const pw = weightsFor(pb);
     const shape = { tokens: o.prefillBatch, gdnForm: o.gdnPrefill, wyChunk: o.wyChunk };
     const pio = await buildSuperblocks(pw, spec.first, spec.count, o, shape);
     checkAneLimits(pb.function(), `${describe(spec)} (prefill)`, (name) => pw.tensorOf(name));
     prefill = { function: PREFILL_FUNCTION, tokens: o.prefillBatch, io: pio };
+  }
+  let verify: PrefillFunction | undefined;
+  if (program && verifies) {
+    const vb = program.function(VERIFY_FUNCTION);
+    const vw = weightsFor(vb);
+    const T = o.verifyTokens + 1;
+    const shape = { tokens: T, gdnForm: "scan" as const, wyChunk: o.wyChunk, verify: true };
+    const vio =
+      spec.kind === "superblocks"
+        ? await buildSuperblocks(vw, spec.first, spec.count, o, shape)
+        : await buildLmHeadRows(vw, o, T);
+    checkAneLimits(vb.function(), `${describe(spec)} (verify)`, (name) => vw.tensorOf(name));
+    verify = { function: VERIFY_FUNCTION, tokens: T, io: vio };
   }
   const rules = o.quant.policy.rules.map((r) => `${r.pattern}=${formatWeightQuant(r.quant)}`);
   const userDefined: Record<string, string> = {
@@ -104,11 +126,12 @@ export async function buildComponent(
     userDefined["com.anemll.prefill"] = String(prefill.tokens);
     userDefined["com.anemll.gdn_prefill"] = o.gdnPrefill;
   }
+  if (verify) userDefined["com.anemll.verify"] = String(verify.tokens);
   if (io.layers.length) userDefined["com.anemll.layers"] = io.layers.join(",");
   const metadata = { shortDescription: `Qwen3.5 ${describe(spec)} (anemll-qwen35)`, userDefined };
   if (program) {
-    const model = program.model({ metadata, defaultFunctionName: DECODE_FUNCTION });
-    return { model, function: DECODE_FUNCTION, io, prefill };
+    const model = program.model({ metadata, defaultFunctionName: mainName });
+    return { model, function: mainName, io, prefill, verify };
   }
   return { model: b.model({ metadata }), function: b.functionName, io };
 }
