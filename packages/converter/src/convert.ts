@@ -34,6 +34,7 @@ import {
   type ConvertOptions,
   type ConvertProgress,
   checkConvertForModel,
+  fitConvertToModel,
   type ResolvedConvert,
   resolveConvertOptions,
 } from "./options.js";
@@ -185,6 +186,7 @@ async function buildPackage(
       c.kind === "superblocks" ? { kind: c.kind, first: c.first, count: c.count } : { kind: c.kind };
     const built = await buildComponent(run.ck, spec, {
       ctx: r.ctx,
+      ...(c.kind === "superblocks" ? { buckets: r.buckets } : {}),
       dtype: r.dtype,
       state: r.state,
       attention: r.attention,
@@ -217,6 +219,7 @@ async function buildPackage(
       sha256: await digestMlPackage(file),
       io: built.io,
       ...(built.prefill ? { prefill: built.prefill } : {}),
+      ...(built.functions ? { functions: built.functions } : {}),
     };
     const reused = [...journal.reused];
     await journal.discard();
@@ -277,7 +280,7 @@ async function writePackages(
 
 export async function convert(options: ConvertOptions): Promise<ConvertResult> {
   const started = performance.now();
-  const resolved = resolveConvertOptions(options);
+  let resolved = resolveConvertOptions(options);
   const out = resolve(options.out);
   const partial = `${out}.partial`;
   const log = options.onLog ?? (() => {});
@@ -291,6 +294,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     await checkOutputTarget(out, dir, options.force ?? false);
     await using ck = await Qwen35Checkpoint.open(dir);
     assertConvertible(ck);
+    resolved = fitConvertToModel(resolved, ck.config);
     const quant = planQuant(ck.config, resolved.quant);
     checkConvertForModel(resolved, ck.config, quant);
     const eos = await eosTokenIds(dir, ck.config.eosTokenIds);

@@ -16,10 +16,17 @@ import {
   type StepOutput,
 } from "@anemll-qwen35/generate";
 import {
+  type ChainComponent,
   type ChainManifest,
+  type ChainManifestComponent,
   ChainStepper,
   type ComponentSnapshot,
+  chainBuckets,
+  chainFunctions,
+  DECODE_FAMILY,
+  PREFILL_FAMILY,
   readChainManifest,
+  ringRow,
   type StatePlan,
   type VerifyChainOptions,
   verifyChainPackages,
@@ -48,13 +55,19 @@ export interface LoadChainOptions {
    */
   prefillFunction?: boolean;
   /**
+   * Unload the prefill functions once a prompt is in (default false): only the decode functions
+   * stay resident while generating (Core ML keeps a weight copy per loaded function), and the
+   * next prompt loads them again (bench's bucket-cost script measures that reload).
+   */
+  dropPrefill?: boolean;
+  /**
    * Check every package against model.json's sha256 before loading (default true; digests are
    * cached by the packages' inodes, sizes, mtimes and ctimes, see ir/chain's verifyChainPackages).
    */
   verify?: boolean | Pick<VerifyChainOptions, "cacheFile">;
   onProgress?: (
     event:
-      | { stage: "load"; component: string; index: number; total: number }
+      | { stage: "load"; component: string; index: number; total: number; bucket?: number }
       | { stage: "verify"; component: string },
   ) => void;
   signal?: AbortSignal;
@@ -115,16 +128,47 @@ class ChainSnapshot implements StateSnapshot {
   }
 }
 
+/** The super-block functions loaded now: one bucket's decode (and prefill) functions, and their stepper. */
+interface Resident {
+  /** Index into the chain's buckets. */
+  readonly bucket: number;
+  readonly prefill: boolean;
+  readonly loaded: readonly LoadedComponent[];
+  readonly stepper: ChainStepper;
+}
+
+const part = (name: string, io: ChainComponent["io"], c: LoadedComponent): ChainComponent => ({
+  name,
+  io,
+  newState: (plan: StatePlan) => c.newState(plan),
+  predict: (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) =>
+    c.predict(inputs, state, position),
+  prefill: c.prefill,
+});
+
+/**
+ * Runs a chain over its context buckets: the super-block packages' functions of the smallest
+ * bucket that holds the tokens are the only ones loaded; moving to another bucket copies the
+ * state over (KV rows written so far, GDN states) and unloads the old functions before loading
+ * the new ones, so no more than one bucket's functions are ever resident and nothing is prefilled
+ * again.
+ */
 export class ChainRunner implements StepModel {
   readonly manifest: ChainManifest;
   readonly dir: string;
   readonly backend: Backend;
   readonly contextLength: number;
   readonly outputKind: "logits" | "top1";
-  private readonly components: readonly LoadedComponent[];
-  private readonly stepper: ChainStepper;
+  /** The context buckets, ascending (the last one is the chain's ctx). */
+  readonly buckets: readonly number[];
+  private readonly embed: LoadedComponent;
+  private readonly head: LoadedComponent;
+  private readonly options: LoadChainOptions;
   private readonly overflow: ContextOverflow;
   private readonly slideKeep: number;
+  private readonly ring: { readonly sinks: number } | undefined;
+  private readonly T: number | undefined;
+  private resident: Resident;
   /** Tokens consumed since reset. */
   private pos = 0;
   /** "slide": every token consumed since reset (to refill the window when sliding). */
@@ -134,36 +178,43 @@ export class ChainRunner implements StepModel {
   private constructor(
     dir: string,
     manifest: ChainManifest,
-    backend: Backend,
-    loaded: LoadedComponent[],
+    embed: LoadedComponent,
+    head: LoadedComponent,
+    resident: Resident,
     o: LoadChainOptions,
   ) {
     this.dir = dir;
     this.manifest = manifest;
-    this.backend = backend;
+    this.backend = o.backend;
     this.outputKind = manifest.argmax ? "top1" : "logits";
-    this.components = loaded;
-    const parts = manifest.components.map((entry, i) => ({
-      name: entry.name,
-      io: entry.io,
-      newState: (plan: StatePlan) => loaded[i].newState(plan),
-      predict: (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) =>
-        loaded[i].predict(inputs, state, position),
-      prefill: loaded[i].prefill,
-    }));
+    this.buckets = chainBuckets(manifest);
+    this.embed = embed;
+    this.head = head;
+    this.options = o;
+    this.resident = resident;
     this.overflow = o.contextOverflow ?? "error";
-    const sinks = o.ringSinks ?? DEFAULT_RING_SINKS;
-    if (this.overflow === "ring" && (!Number.isInteger(sinks) || sinks < 0 || sinks >= manifest.ctx))
-      throw new InvalidArgumentError(`ringSinks must be an integer in [0, ${manifest.ctx}), got ${sinks}`);
-    this.stepper = new ChainStepper(parts[0], parts.slice(1, -1), parts[parts.length - 1], {
-      ring: this.overflow === "ring" ? { sinks } : undefined,
-    });
+    this.ring = ringOf(manifest, o);
+    this.T = ChainRunner.prefillOf(manifest, o);
     // ring: as many positions as the packages can encode
-    this.contextLength = this.overflow === "ring" ? this.stepper.positionLimit : manifest.ctx;
+    this.contextLength = this.overflow === "ring" ? resident.stepper.positionLimit : manifest.ctx;
     this.slideKeep = o.slideKeep ?? 0.5;
   }
 
-  /** Reads model.json, checks the packages' digests and loads every package through the backend. */
+  /** Tokens per prefill call when every super-block package has a prefill function and it is wanted. */
+  private static prefillOf(manifest: ChainManifest, o: LoadChainOptions): number | undefined {
+    if (o.prefillFunction === false) return undefined;
+    const sizes = new Set(
+      manifest.components
+        .filter((c) => c.kind === "superblocks")
+        .map((c) => chainFunctions(c, manifest.ctx).find((f) => f.family === PREFILL_FAMILY)?.tokens),
+    );
+    return sizes.size === 1 ? [...sizes][0] : undefined;
+  }
+
+  /**
+   * Reads model.json, checks the packages' digests, loads the embedding, the lm_head and the
+   * super-block functions of the smallest bucket (the others load when a conversation needs them).
+   */
   static async load(dir: string, options: LoadChainOptions): Promise<ChainRunner> {
     const manifest = await readChainManifest(dir);
     if (options.verify !== false) {
@@ -173,65 +224,59 @@ export class ChainRunner implements StepModel {
         signal: options.signal,
       });
     }
+    ringOf(manifest, options);
+    const entries = manifest.components;
     const loaded: LoadedComponent[] = [];
     try {
-      for (const [index, entry] of manifest.components.entries()) {
-        options.signal?.throwIfAborted();
-        options.onProgress?.({
-          stage: "load",
-          component: entry.name,
-          index,
-          total: manifest.components.length,
-        });
-        try {
-          // the embedding table is read on the host (host-embedding.ts), not run on the backend
-          if (entry.kind === "embed") {
-            loaded.push(await loadHostEmbedding(join(dir, entry.file), entry.name, entry.function, entry.io));
-            continue;
-          }
-          loaded.push(
-            await options.backend.load(join(dir, entry.file), {
-              name: entry.name,
-              functionName: entry.function,
-              io: entry.io,
-              prefill: options.prefillFunction === false ? undefined : entry.prefill,
-              sha256: entry.sha256,
-              signal: options.signal,
-            }),
-          );
-        } catch (err) {
-          if ((err as Error).name === "AbortError") throw err;
-          throw new ChainLoadError(entry.name, `could not load ${entry.file}: ${(err as Error).message}`, {
-            cause: err,
-          });
-        }
-      }
+      // the embedding table is read on the host (host-embedding.ts), not run on the backend
+      const first = entries[0];
+      options.onProgress?.({ stage: "load", component: first.name, index: 0, total: entries.length });
+      loaded.push(
+        await loadEntry(first, () =>
+          loadHostEmbedding(join(dir, first.file), first.name, first.function, first.io),
+        ),
+      );
+      const last = entries.length - 1;
+      options.onProgress?.({ stage: "load", component: entries[last].name, index: last, total: entries.length });
+      loaded.push(await loadEntry(entries[last], () => loadFunction(dir, entries[last], options)));
+      const T = ChainRunner.prefillOf(manifest, options);
+      const resident = await residentAt(dir, manifest, loaded[0], loaded[1], 0, T !== undefined, options);
+      return new ChainRunner(dir, manifest, loaded[0], loaded[1], resident, options);
     } catch (err) {
       for (const c of loaded) c.dispose();
       throw err;
     }
-    return new ChainRunner(dir, manifest, options.backend, loaded, options);
   }
 
   get position(): number {
     return this.pos;
   }
 
+  /** The context bucket whose functions are loaded now. */
+  get bucket(): number {
+    return this.buckets[this.resident.bucket];
+  }
+
+  /** Whether the super-block packages' prefill functions are loaded now. */
+  get prefillLoaded(): boolean {
+    return this.resident.prefill;
+  }
+
   reset(): void {
     this.pos = 0;
     this.history = [];
-    this.stepper.reset();
+    this.resident.stepper.reset();
   }
 
   /** Copies every super-block's state (KV caches up to the rows written) and the tokens consumed. */
   async snapshot(): Promise<StateSnapshot> {
     this.checkLive();
-    const rows = Math.min(this.pos, this.manifest.ctx);
+    const rows = Math.min(this.pos, this.bucket);
     return new ChainSnapshot(
       this,
       this.pos,
       Int32Array.from(this.history),
-      await this.stepper.snapshot(rows),
+      await this.resident.stepper.snapshot(rows),
     );
   }
 
@@ -242,7 +287,9 @@ export class ChainRunner implements StepModel {
       throw new SnapshotMismatchError("this snapshot was not taken from this chain");
     const states = snapshot.states;
     if (!states) throw new SnapshotMismatchError("this snapshot was disposed");
-    await this.stepper.restore(states);
+    // the bucket that holds the snapshot's rows; what is resident now is overwritten
+    const stepper = await this.ensure(this.bucketFor(snapshot.position), this.resident.prefill, false);
+    await stepper.restore(states);
     this.pos = snapshot.position;
     this.history = Array.from(snapshot.history);
   }
@@ -278,39 +325,65 @@ export class ChainRunner implements StepModel {
 
   /** Tokens per call of the packages' prefill function (undefined: token by token through decode). */
   get prefillTokens(): number | undefined {
-    return this.stepper.prefillTokens;
+    return this.T;
+  }
+
+  /** The smallest bucket (index) holding `end` tokens; the largest past it (ring KV). */
+  private bucketFor(end: number): number {
+    const i = this.buckets.findIndex((b) => b >= end);
+    return i < 0 ? this.buckets.length - 1 : i;
   }
 
   /**
-   * Runs tokens through the chain; the lm_head runs only for the last one (when wanted). With a
-   * prefill function of T tokens, they go T at a time while T rows fit the context; a shorter
-   * rest of at least T/8 tokens runs as one masked chunk (never padded with tokens: pad tokens
-   * would change the GDN state; a masked chunk costs about a full one, so a few tokens go
-   * through decode instead), the rest token by token through decode.
+   * Makes bucket `b`'s functions (with the prefill functions when `prefill`) the resident ones: the
+   * state moves over (`transfer`: the rows written so far), the old functions are unloaded first.
+   */
+  private async ensure(b: number, prefill: boolean, transfer = true): Promise<ChainStepper> {
+    const want = prefill && this.T !== undefined;
+    const r = this.resident;
+    if (r.bucket === b && r.prefill === want) return r.stepper;
+    const snap = transfer && this.pos > 0 ? await r.stepper.snapshot(Math.min(this.pos, this.bucket)) : undefined;
+    for (const c of r.loaded) c.dispose();
+    this.resident = await residentAt(this.dir, this.manifest, this.embed, this.head, b, want, this.options);
+    if (snap) await this.resident.stepper.restore(snap);
+    return this.resident.stepper;
+  }
+
+  /**
+   * Runs tokens through the chain in the smallest bucket that holds them all; the lm_head runs
+   * only for the last one (when wanted). With a prefill function of T tokens, they go T at a time;
+   * a chunk is cut short where the cache ends (the window, or with ring KV the wrap) or the tokens
+   * do, and runs masked (never padded with tokens: pad tokens would change the GDN state). A lone
+   * token, or one whose chunk the backend cannot write there (ChainStepper.canPrefill), goes through
+   * decode.
    */
   private async consume(tokens: number[], opts: StepOptions, wantOutput = true): Promise<StepOutput> {
-    if (this.disposed) throw new AnemllError("E_DISPOSED", "the chain was disposed");
-    const T = this.stepper.prefillTokens;
+    this.checkLive();
+    const T = this.T;
+    const b = this.bucketFor(this.pos + tokens.length);
+    const ctx = this.buckets[b];
+    const batched = T !== undefined && tokens.length >= 2;
+    const stepper = await this.ensure(b, batched || (this.resident.prefill && !this.options.dropPrefill));
     let out: StepOutput | undefined;
     let i = 0;
-    const minChunk = Math.max(2, Math.ceil((T ?? 0) / 8));
-    // prefill writes T KV rows from the position on: only while they fit the converted ctx (in ring
-    // mode the rest goes through decode, which wraps)
-    while (T !== undefined && this.pos + T <= this.manifest.ctx) {
-      const chunk = tokens.slice(i, i + T);
-      if (chunk.length < minChunk) break;
+    while (i < tokens.length) {
       opts.signal?.throwIfAborted();
-      i += chunk.length;
-      const last = i === tokens.length;
-      const r = await this.stepper.prefill(chunk, this.pos, wantOutput && last);
-      this.pos += chunk.length;
-      if (this.overflow === "slide") this.history.push(...chunk);
-      out = r.head;
+      const row = this.ring ? ringRow(ctx, this.ring.sinks, this.pos) : this.pos;
+      const n = T === undefined ? 1 : Math.min(T, tokens.length - i, ctx - row);
+      const last = i + n === tokens.length;
+      if (n >= 2 && stepper.canPrefill(this.pos, n)) {
+        const chunk = tokens.slice(i, i + n);
+        const r = await stepper.prefill(chunk, this.pos, wantOutput && last);
+        this.pos += n;
+        if (this.overflow === "slide") this.history.push(...chunk);
+        out = r.head;
+        i += n;
+      } else {
+        out = await this.step(stepper, tokens[i], wantOutput && i === tokens.length - 1);
+        i++;
+      }
     }
-    for (; i < tokens.length; i++) {
-      opts.signal?.throwIfAborted();
-      out = await this.step(tokens[i], wantOutput && i === tokens.length - 1);
-    }
+    if (batched && this.options.dropPrefill) await this.ensure(b, false);
     return out ?? { logits: new Float32Array(0) };
   }
 
@@ -318,9 +391,8 @@ export class ChainRunner implements StepModel {
     if (this.disposed) throw new AnemllError("E_DISPOSED", "the chain was disposed");
   }
 
-  private async step(token: number, withHead: boolean): Promise<StepOutput | undefined> {
-    this.checkLive();
-    const r = await this.stepper.step(token, this.pos, withHead);
+  private async step(stepper: ChainStepper, token: number, withHead: boolean): Promise<StepOutput | undefined> {
+    const r = await stepper.step(token, this.pos, withHead);
     this.pos++;
     if (this.overflow === "slide") this.history.push(token);
     return r.head;
@@ -329,10 +401,95 @@ export class ChainRunner implements StepModel {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    for (const c of this.components) c.dispose();
+    for (const c of [this.embed, ...this.resident.loaded, this.head]) c.dispose();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     this.dispose();
   }
+}
+
+/** Ring KV's sinks, checked against the context. */
+function ringOf(manifest: ChainManifest, o: LoadChainOptions): { sinks: number } | undefined {
+  if (o.contextOverflow !== "ring") return undefined;
+  const sinks = o.ringSinks ?? DEFAULT_RING_SINKS;
+  if (!Number.isInteger(sinks) || sinks < 0 || sinks >= manifest.ctx)
+    throw new InvalidArgumentError(`ringSinks must be an integer in [0, ${manifest.ctx}), got ${sinks}`);
+  return { sinks };
+}
+
+/** Loads one component, naming it in the error. */
+async function loadEntry(
+  entry: ChainManifestComponent,
+  load: () => Promise<LoadedComponent>,
+): Promise<LoadedComponent> {
+  try {
+    return await load();
+  } catch (err) {
+    if ((err as Error).name === "AbortError") throw err;
+    throw new ChainLoadError(entry.name, `could not load ${entry.file}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+}
+
+/** A package's function `family` at bucket `ctx` (with the prefill function of that bucket, when asked). */
+function loadFunction(
+  dir: string,
+  entry: ChainManifestComponent,
+  options: LoadChainOptions,
+  ctx?: number,
+  prefill = false,
+): Promise<LoadedComponent> {
+  const table = ctx === undefined ? undefined : chainFunctions(entry, ctx);
+  const at = (family: string) => table?.find((f) => f.family === family && f.ctx === ctx);
+  const decode = at(DECODE_FAMILY) ?? { function: entry.function, io: entry.io };
+  const pf = prefill ? at(PREFILL_FAMILY) : undefined;
+  return options.backend.load(join(dir, entry.file), {
+    name: entry.name,
+    functionName: decode.function,
+    io: decode.io,
+    prefill: pf && { function: pf.function, tokens: pf.tokens, io: pf.io },
+    sha256: entry.sha256,
+    signal: options.signal,
+  });
+}
+
+/** Loads every super-block package's functions at bucket index `b`, and a stepper over them. */
+async function residentAt(
+  dir: string,
+  manifest: ChainManifest,
+  embed: LoadedComponent,
+  head: LoadedComponent,
+  b: number,
+  prefill: boolean,
+  o: LoadChainOptions,
+): Promise<Resident> {
+  const ctx = chainBuckets(manifest)[b];
+  const entries = manifest.components;
+  const loaded: LoadedComponent[] = [];
+  try {
+    for (const [index, entry] of entries.entries()) {
+      if (entry.kind !== "superblocks") continue;
+      o.signal?.throwIfAborted();
+      o.onProgress?.({ stage: "load", component: entry.name, index, total: entries.length, bucket: ctx });
+      // the table's ctx of an old model.json is the chain's ctx (one bucket)
+      loaded.push(await loadEntry(entry, () => loadFunction(dir, entry, o, ctx, prefill)));
+    }
+  } catch (err) {
+    for (const c of loaded) c.dispose();
+    throw err;
+  }
+  const blocks = entries.filter((e) => e.kind === "superblocks");
+  const ioAt = (entry: ChainManifestComponent) =>
+    chainFunctions(entry, manifest.ctx).find((f) => f.family === DECODE_FAMILY && f.ctx === ctx)?.io ?? entry.io;
+  const first = entries[0];
+  const last = entries[entries.length - 1];
+  const stepper = new ChainStepper(
+    part(first.name, first.io, embed),
+    blocks.map((e, i) => part(e.name, ioAt(e), loaded[i])),
+    part(last.name, last.io, head),
+    { ring: ringOf(manifest, o) },
+  );
+  return { bucket: b, prefill, loaded, stepper };
 }

@@ -57,7 +57,12 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
         });
       const interp = interpreter(opts.functionName);
       const run = (fn: MilInterpreter) =>
-        async function predict(inputs: Record<string, Tensor>, state?: ComponentState, position?: number) {
+        async function predict(
+          inputs: Record<string, Tensor>,
+          state?: ComponentState,
+          position?: number,
+          rows?: number,
+        ) {
           // The interpreter computes synchronously: give the event loop a turn first, so that a
           // server or UI driving the chain keeps serving I/O (and sees aborts) during generation.
           await new Promise<void>((resolve) => setImmediate(resolve));
@@ -73,7 +78,7 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
           }).outputs;
           let outputs = r;
           if (st) {
-            const kept = st.keep(r, position);
+            const kept = st.keep(r, position, rows);
             counter.bytesKept += kept.copied;
             outputs = kept.outputs;
           }
@@ -88,8 +93,14 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
             bytes: (core) => core?.bytes ?? 0,
           }),
         predict: run(interp),
-        // the prefill function binds and keeps the same buffers (its kept inputs and outputs share names)
-        prefill: pf && { io: pf.io, tokens: pf.tokens, predict: run(interpreter(pf.function)) },
+        // the prefill function binds and keeps the same buffers (its kept inputs and outputs share
+        // names); a short chunk's io KV rows past its tokens are not kept
+        prefill: pf && {
+          io: pf.io,
+          tokens: pf.tokens,
+          partialRows: true,
+          predict: run(interpreter(pf.function)),
+        },
         dispose() {},
       };
     },

@@ -14,9 +14,11 @@ import {
   type ComponentIO,
   decodeMask,
   type IoTensor,
+  kvWriteBound,
   prefillChunkInputs,
   prefillMask,
   ringMask,
+  ringPrefillMask,
   ringRow,
 } from "./contract.js";
 import { ropeCosSin } from "./rope.js";
@@ -46,10 +48,16 @@ export interface ChainComponent {
 export interface ChainPrefill {
   readonly io: ComponentIO;
   readonly tokens: number;
+  /**
+   * The backend keeps only the `rows` KV rows a short chunk holds (io KV), so a chunk may end at
+   * the last cache row; without it all T rows are written (position + T must fit the cache).
+   */
+  readonly partialRows?: boolean;
   predict(
     inputs: Record<string, Tensor>,
     state: ChainComponentState | undefined,
     position: number,
+    rows?: number,
   ): Promise<Record<string, Tensor>>;
 }
 
@@ -244,9 +252,10 @@ export class ChainStepper {
   }
 
   /**
-   * Runs up to prefillTokens tokens at positions [position, position + n) through every
+   * Runs n ≤ prefillTokens tokens at positions [position, position + n) through every
    * super-block's prefill function, one call each (a short chunk is masked, never padded with
-   * tokens); the lm_head runs for the last token when `withHead`. Needs position + T ≤ ctx.
+   * tokens); the lm_head runs for the last token when `withHead`. The chunk's KV rows must fit the
+   * cache without wrapping (ring KV: rows ringRow(position) … + n − 1 below ctx; see canPrefill).
    */
   async prefill(tokens: readonly number[], position: number, withHead: boolean): Promise<ChainPrefillResult> {
     const T = this.prefillTokens;
@@ -260,6 +269,7 @@ export class ChainStepper {
     for (const s of this.blocks) {
       const p = s.prefill as NonNullable<Block["prefill"]>;
       const io = p.f.io;
+      const row = this.ring ? ringRow(io.ctx, this.ring.sinks, position) : position;
       const inputs: Record<string, Tensor> = {};
       let chunk: ReturnType<typeof prefillChunkInputs> | undefined;
       const chunkInputs = () => {
@@ -270,14 +280,21 @@ export class ChainStepper {
       for (const t of p.inputs) {
         const role = t.role;
         if (role.kind === "hidden_in") inputs[t.name] = hidden;
-        else if (role.kind === "position") inputs[t.name] = tensor("i32", t.shape, Int32Array.of(position));
+        else if (role.kind === "position") inputs[t.name] = tensor("i32", t.shape, Int32Array.of(row));
+        else if (role.kind === "kv_write") inputs[t.name] = tensor("i32", t.shape, kvWriteBound(role, row));
         else if (role.kind === "rope") {
           const { cos, sin } = ropeCosSin(
             role,
             Array.from({ length: T }, (_, i) => position + i),
           );
           inputs[t.name] = floatTensor(t, role.part === "cos" ? cos : sin);
-        } else if (role.kind === "mask") inputs[t.name] = floatTensor(t, prefillMask(io.ctx, T, position));
+        } else if (role.kind === "mask")
+          inputs[t.name] = floatTensor(
+            t,
+            this.ring
+              ? ringPrefillMask(io.ctx, this.ring.sinks, T, position)
+              : prefillMask(io.ctx, T, position, n),
+          );
         else if (role.kind === "valid") inputs[t.name] = floatTensor(t, chunkInputs().valid);
         else if (role.kind === "conv_pick") inputs[t.name] = floatTensor(t, chunkInputs().convPick);
         else
@@ -286,7 +303,7 @@ export class ChainStepper {
             `prefill input ${t.name} (role ${role.kind}) is not the host's to feed`,
           );
       }
-      const r = await p.f.predict(inputs, s.state, position);
+      const r = await p.f.predict(inputs, s.state, row, n);
       const v = r[p.hiddenOut.name];
       if (!v)
         throw new ChainProtocolError(s.c.name, `the prefill function did not return ${p.hiddenOut.name}`);
@@ -295,6 +312,27 @@ export class ChainStepper {
     }
     if (!withHead) return { hidden: hiddens };
     return { hidden: hiddens, head: await this.runHead(hiddenRow(hidden, n - 1)) };
+  }
+
+  /**
+   * Whether a chunk of n tokens at `position` can run through prefill() without touching KV rows
+   * it must not: its rows stay inside the cache without wrapping, and where every T rows are
+   * written (mlstate KV, or a backend without partialRows) they stay inside the KV store and,
+   * with ring KV past ctx, the chunk is full (its T rows replace only tokens that left the window).
+   */
+  canPrefill(position: number, n: number): boolean {
+    const T = this.prefillTokens;
+    if (T === undefined || n < 1 || n > T) return false;
+    return this.blocks.every((s) => {
+      const f = (s.prefill as NonNullable<Block["prefill"]>).f;
+      const ctx = f.io.ctx;
+      const row = this.ring ? ringRow(ctx, this.ring.sinks, position) : position;
+      if (row + n > ctx) return false;
+      const kv = f.io.states.find((t) => t.role.kind === "kv_state");
+      if (!kv && f.partialRows) return true;
+      if (this.ring !== undefined && position >= ctx && n < T) return false;
+      return row + T <= (kv ? kv.shape[2] : ctx);
+    });
   }
 
   /** The lm_head on one hidden row [1, D, 1, 1]. */
@@ -321,6 +359,7 @@ export class ChainStepper {
         else if (role.kind === "position")
           // host RoPE: the mlstate KV row; older packages also gather RoPE by it (positionLimit)
           inputs[t.name] = tensor("i32", t.shape, Int32Array.of(s.hostRope ? row : position));
+        else if (role.kind === "kv_write") inputs[t.name] = tensor("i32", t.shape, kvWriteBound(role, row));
         else if (role.kind === "rope") {
           // RoPE by the token's own position, wherever its KV row is
           const { cos, sin } = ropeCosSin(role, [position]);
