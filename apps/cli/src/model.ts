@@ -20,6 +20,7 @@ export interface ModelOptions {
   computeUnits: ComputeUnits;
   contextOverflow: "error" | "slide" | "ring";
   ringSinks?: number;
+  dropPrefill?: boolean;
   tokenizer?: string;
   ctx?: number;
   dtype?: "float32" | "bfloat16" | "float16";
@@ -57,6 +58,10 @@ export function addModelOptions(cmd: Command): Command {
       "--context-overflow ring: KV rows that keep the first tokens (attention sinks; default 4)",
       int("--ring-sinks", 0),
     )
+    .option(
+      "--drop-prefill",
+      "converted chains: unload the prefill functions once a prompt is in (less memory while generating; each next prompt loads them again)",
+    )
     .option("--tokenizer <dir>", "folder with tokenizer.json, if not the model's own (relative to here)")
     .option("--ctx <n>", "mlx backend: most tokens per sequence (default: the checkpoint's)", int("--ctx", 1))
     .option(
@@ -79,6 +84,7 @@ export function loadOptions(o: ModelOptions, notice: (s: string) => void): LoadM
     computeUnits: o.computeUnits,
     contextOverflow: o.contextOverflow,
     ringSinks: o.ringSinks,
+    dropPrefill: o.dropPrefill,
     tokenizer: o.tokenizer,
     contextLength: o.ctx,
     dtype: o.dtype,

@@ -45,6 +45,8 @@ export interface LoadModelOptions {
   ringSinks?: number;
   /** Chains: prompts through the packages' prefill function when they have one (default true). */
   prefillFunction?: boolean;
+  /** Chains: unload the prefill functions once a prompt is in (runtime-ane's LoadChainOptions.dropPrefill). */
+  dropPrefill?: boolean;
   /** Wraps the chain backend (timing, tracing); chains only. */
   wrapBackend?: (backend: Backend) => Backend;
   /** mlx: most tokens per sequence (default: the config's max_position_embeddings). */

@@ -131,6 +131,7 @@ async function loadChain(
     contextOverflow: o.contextOverflow ?? "error",
     ringSinks: o.ringSinks,
     prefillFunction: o.prefillFunction,
+    dropPrefill: o.dropPrefill,
     onProgress: (e) => o.onProgress?.(e),
     signal: o.signal,
   });
