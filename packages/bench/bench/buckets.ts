@@ -41,37 +41,36 @@ console.log(`converted in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
 const plan = await costplan(bucketed, { native: "off", chip: "m4-pro" });
 const perFunction = new Map<string, number>();
 for (const p of plan.packages.filter((x) => x.name.startsWith("sb_")))
-  for (const f of p.functions) perFunction.set(f.name, (perFunction.get(f.name) ?? 0) + f.summary.estimatedMs);
+  for (const f of p.functions)
+    perFunction.set(f.name, (perFunction.get(f.name) ?? 0) + f.summary.estimatedMs);
 
-// the interpreter: decode steps at positions inside each bucket, bucketed vs single-ctx
-const STEPS = 12;
-async function decodeMs(dir: string, position: number): Promise<{ ms: number; bucket: number }> {
-  const m = await open(dir);
-  let l = logits(await m.prefill(ids(position)));
-  const times: number[] = [];
-  for (let i = 0; i < STEPS; i++) {
-    const t = performance.now();
-    l = logits(await m.decode(i + 3));
-    times.push(performance.now() - t);
-  }
-  const bucket = m.bucket;
-  m.dispose();
-  return { ms: median(times), bucket };
-}
+// the interpreter: decode steps at positions inside each bucket, bucketed and single-ctx in turn
+// (alternating steps, so that a busy machine slows both alike)
+const STEPS = 16;
 const positions = [200, 700, 1500];
 const decode = [];
 for (const position of positions) {
-  const b = await decodeMs(bucketed, position);
-  const s = await decodeMs(single, position);
+  const runners = [await open(bucketed), await open(single)];
+  for (const m of runners) await m.prefill(ids(position));
+  const times: number[][] = [[], []];
+  for (let i = 0; i < STEPS; i++) {
+    for (const [k, m] of runners.entries()) {
+      const t = performance.now();
+      await m.decode(i + 3);
+      times[k].push(performance.now() - t);
+    }
+  }
+  const [b, s] = times.map(median);
   const row = {
     position,
-    bucket: b.bucket,
-    costplanMs: perFunction.get(`decode_${b.bucket}`),
+    bucket: runners[0].bucket,
+    costplanMs: perFunction.get(`decode_${runners[0].bucket}`),
     costplanMsSingle: perFunction.get("decode_2048"),
-    interpreterMs: b.ms,
-    interpreterMsSingle: s.ms,
-    ratio: b.ms / s.ms,
+    interpreterMs: b,
+    interpreterMsSingle: s,
+    ratio: b / s,
   };
+  for (const m of runners) m.dispose();
   decode.push(row);
   console.log(JSON.stringify(row));
 }

@@ -283,7 +283,8 @@ const budgetProblem = (v: unknown) =>
 /** Why a bucket list is not ascending integers in [min, ctx] ending at ctx, or undefined. */
 function bucketsProblem(v: readonly unknown[], min: number, ctx: number): string | undefined {
   if (!Array.isArray(v) || v.length === 0) return `must list at least one context length, got ${String(v)}`;
-  if (v.some((b, i) => i > 0 && (b as number) <= (v[i - 1] as number))) return `must ascend, got ${v.join(",")}`;
+  if (v.some((b, i) => i > 0 && (b as number) <= (v[i - 1] as number)))
+    return `must ascend, got ${v.join(",")}`;
   for (const b of v) {
     const p = integerProblem(b, min, ctx);
     if (p) return `${p} (each bucket from ${min} to the context ${ctx})`;

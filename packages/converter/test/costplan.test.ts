@@ -10,11 +10,11 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { costplan } from "@anemll-qwen35/costplan";
-import { timeLimit } from "@anemll-qwen35/testkit/timing";
-import { convert } from "../src/index.js";
 import { Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
+import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { describe, expect, it } from "vitest";
 import { buildComponent } from "../src/graph/index.js";
+import { convert } from "../src/index.js";
 import { fixtureDir, hasFixture } from "./golden.js";
 
 describe.skipIf(!hasFixture("tiny-gqa"))("costplan on fused super-blocks (fixtures/tiny-gqa)", () => {
@@ -49,28 +49,36 @@ describe.skipIf(!hasFixture("tiny-gqa"))("costplan on fused super-blocks (fixtur
   }
 });
 
-describe.skipIf(!hasFixture("tiny-trained"))("costplan on the default conversion (fixtures/tiny-trained)", () => {
-  for (const state of ["io", "mlstate"] as const) {
-    it(
-      `${state} KV: every function of every bucket runs every op on the ANE`,
-      async () => {
-        const out = join(mkdtempSync(join(tmpdir(), "converter-costplan-")), state);
-        const { manifest } = await convert({ model: fixtureDir("tiny-trained"), out, state, workers: 1 });
-        expect(manifest.buckets).toEqual([256, 1024, 2048]); // the default, cut to max_position_embeddings
-        const r = await costplan(out, { native: "off", calibration: "none" });
-        const blocks = r.packages.filter((p) => p.name.startsWith("sb_"));
-        expect(blocks.length).toBeGreaterThan(0);
-        for (const p of blocks) {
-          expect(p.functions.map((f) => f.name).sort()).toEqual(
-            ["decode_1024", "decode_2048", "decode_256", "prefill_1024", "prefill_2048", "prefill_256"],
-          );
-          for (const f of p.functions) {
-            expect(f.summary.cpu + f.summary.gpu, `${p.name} ${f.name}`).toBe(0);
-            expect(f.summary.ane, `${p.name} ${f.name}`).toBeGreaterThan(0);
+describe.skipIf(!hasFixture("tiny-trained"))(
+  "costplan on the default conversion (fixtures/tiny-trained)",
+  () => {
+    for (const state of ["io", "mlstate"] as const) {
+      it(
+        `${state} KV: every function of every bucket runs every op on the ANE`,
+        async () => {
+          const out = join(mkdtempSync(join(tmpdir(), "converter-costplan-")), state);
+          const { manifest } = await convert({ model: fixtureDir("tiny-trained"), out, state, workers: 1 });
+          expect(manifest.buckets).toEqual([256, 1024, 2048]); // the default, cut to max_position_embeddings
+          const r = await costplan(out, { native: "off", calibration: "none" });
+          const blocks = r.packages.filter((p) => p.name.startsWith("sb_"));
+          expect(blocks.length).toBeGreaterThan(0);
+          for (const p of blocks) {
+            expect(p.functions.map((f) => f.name).sort()).toEqual([
+              "decode_1024",
+              "decode_2048",
+              "decode_256",
+              "prefill_1024",
+              "prefill_2048",
+              "prefill_256",
+            ]);
+            for (const f of p.functions) {
+              expect(f.summary.cpu + f.summary.gpu, `${p.name} ${f.name}`).toBe(0);
+              expect(f.summary.ane, `${p.name} ${f.name}`).toBeGreaterThan(0);
+            }
           }
-        }
-      },
-      timeLimit(300_000),
-    );
-  }
-});
+        },
+        timeLimit(300_000),
+      );
+    }
+  },
+);

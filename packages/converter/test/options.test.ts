@@ -58,7 +58,10 @@ describe("convert's options", () => {
 
   it("gives one bucket for --ctx alone, the last of --buckets as ctx, and the default buckets cut to the model", () => {
     expect(resolveConvertOptions({ ...base, ctx: 2048 })).toMatchObject({ ctx: 2048, buckets: [2048] });
-    expect(resolveConvertOptions({ ...base, buckets: [256, 512] })).toMatchObject({ ctx: 512, buckets: [256, 512] });
+    expect(resolveConvertOptions({ ...base, buckets: [256, 512] })).toMatchObject({
+      ctx: 512,
+      buckets: [256, 512],
+    });
     expect(defaultBuckets(16384)).toEqual([256, 1024, 4096, 16384]);
     const cfg = { maxPositionEmbeddings: 2048 } as Parameters<typeof fitConvertToModel>[1];
     expect(fitConvertToModel(resolveConvertOptions(base), cfg)).toMatchObject({
@@ -75,7 +78,11 @@ describe("convert's options", () => {
       [{ ctx: 16385 }, "ctx", /^--ctx must be an integer from 128 to 16384, got 16385$/],
       [{ buckets: [1024, 256] }, "buckets", /^--buckets must ascend, got 1024,256$/],
       [{ buckets: [64, 256] }, "buckets", /^--buckets must be an integer from 128 to 256/],
-      [{ ctx: 2048, buckets: [256, 1024] }, "buckets", /^--buckets must end at the context 2048, got 256,1024$/],
+      [
+        { ctx: 2048, buckets: [256, 1024] },
+        "buckets",
+        /^--buckets must end at the context 2048, got 256,1024$/,
+      ],
       [{ ctx: 300.5 }, "ctx", /got 300\.5/],
       [{ fuse: 0 }, "fuse", /^--fuse must be a positive integer or "all", got 0$/],
       [{ budgetBytes: -1 }, "budget", /^--budget must be positive, got -1$/],

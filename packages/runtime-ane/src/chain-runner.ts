@@ -237,7 +237,12 @@ export class ChainRunner implements StepModel {
         ),
       );
       const last = entries.length - 1;
-      options.onProgress?.({ stage: "load", component: entries[last].name, index: last, total: entries.length });
+      options.onProgress?.({
+        stage: "load",
+        component: entries[last].name,
+        index: last,
+        total: entries.length,
+      });
       loaded.push(await loadEntry(entries[last], () => loadFunction(dir, entries[last], options)));
       const T = ChainRunner.prefillOf(manifest, options);
       const resident = await residentAt(dir, manifest, loaded[0], loaded[1], 0, T !== undefined, options);
@@ -342,7 +347,8 @@ export class ChainRunner implements StepModel {
     const want = prefill && this.T !== undefined;
     const r = this.resident;
     if (r.bucket === b && r.prefill === want) return r.stepper;
-    const snap = transfer && this.pos > 0 ? await r.stepper.snapshot(Math.min(this.pos, this.bucket)) : undefined;
+    const snap =
+      transfer && this.pos > 0 ? await r.stepper.snapshot(Math.min(this.pos, this.bucket)) : undefined;
     for (const c of r.loaded) c.dispose();
     this.resident = await residentAt(this.dir, this.manifest, this.embed, this.head, b, want, this.options);
     if (snap) await this.resident.stepper.restore(snap);
@@ -391,7 +397,11 @@ export class ChainRunner implements StepModel {
     if (this.disposed) throw new AnemllError("E_DISPOSED", "the chain was disposed");
   }
 
-  private async step(stepper: ChainStepper, token: number, withHead: boolean): Promise<StepOutput | undefined> {
+  private async step(
+    stepper: ChainStepper,
+    token: number,
+    withHead: boolean,
+  ): Promise<StepOutput | undefined> {
     const r = await stepper.step(token, this.pos, withHead);
     this.pos++;
     if (this.overflow === "slide") this.history.push(token);
@@ -482,7 +492,8 @@ async function residentAt(
   }
   const blocks = entries.filter((e) => e.kind === "superblocks");
   const ioAt = (entry: ChainManifestComponent) =>
-    chainFunctions(entry, manifest.ctx).find((f) => f.family === DECODE_FAMILY && f.ctx === ctx)?.io ?? entry.io;
+    chainFunctions(entry, manifest.ctx).find((f) => f.family === DECODE_FAMILY && f.ctx === ctx)?.io ??
+    entry.io;
   const first = entries[0];
   const last = entries[entries.length - 1];
   const stepper = new ChainStepper(

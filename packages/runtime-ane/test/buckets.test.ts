@@ -6,19 +6,14 @@
  * bucket's functions are resident at a time; snapshots move between buckets; a model.json written
  * before buckets still loads.
  */
-import { mkdtempSync, readFileSync, writeFileSync, cpSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
 import { argmax, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import { beforeAll, describe, expect, it } from "vitest";
-import {
-  type Backend,
-  ChainRunner,
-  type LoadChainOptions,
-  referenceBackend,
-} from "../src/index.js";
+import { type Backend, ChainRunner, type LoadChainOptions, referenceBackend } from "../src/index.js";
 
 const FIXTURE = resolve(__dirname, "../../../fixtures/tiny-trained");
 const work = mkdtempSync(join(tmpdir(), "runtime-ane-buckets-"));
@@ -64,7 +59,7 @@ const logitsOf = (o: { logits?: Float32Array } | object) => {
 };
 
 /** Prompt ids from the fixture's vocabulary (deterministic). */
-const ids = (n: number, seed = 7) => Array.from({ length: n }, (_, i) => (i * 131 + seed * 17) % 500 + 3);
+const ids = (n: number, seed = 7) => Array.from({ length: n }, (_, i) => ((i * 131 + seed * 17) % 500) + 3);
 
 /** A scripted conversation: prompt, decode, a new turn, decode; every output's logits. */
 async function conversation(model: ChainRunner, buckets?: number[]): Promise<Float32Array[]> {
@@ -121,7 +116,8 @@ describe("context buckets on the reference backend (tiny-trained, fp32)", () => 
         const single = await open(dirs[`${state}-single`]);
         const want = await conversation(single);
         expect(got).toHaveLength(want.length);
-        for (let i = 0; i < got.length; i++) expect(Buffer.from(got[i].buffer)).toEqual(Buffer.from(want[i].buffer));
+        for (let i = 0; i < got.length; i++)
+          expect(Buffer.from(got[i].buffer)).toEqual(Buffer.from(want[i].buffer));
         // the small bucket until position 128, the large one after
         expect(seen.slice(0, 28)).toEqual(Array(28).fill(128));
         expect(seen.at(-1)).toBe(256);

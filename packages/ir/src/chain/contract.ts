@@ -222,8 +222,13 @@ export function ringPrefillMask(ctx: number, sinks: number, tokens: number, posi
 }
 
 /** The bounds of an mlstate KV write at `row` (role kv_write: [0, 0, row, 0] or the end). */
-export function kvWriteBound(role: { bound: "begin" | "end"; rows: readonly number[] }, row: number): Int32Array {
-  return Int32Array.from(role.rows, (d, i) => (i === 2 ? row + (role.bound === "end" ? d : 0) : role.bound === "end" ? d : 0));
+export function kvWriteBound(
+  role: { bound: "begin" | "end"; rows: readonly number[] },
+  row: number,
+): Int32Array {
+  return Int32Array.from(role.rows, (d, i) =>
+    i === 2 ? row + (role.bound === "end" ? d : 0) : role.bound === "end" ? d : 0,
+  );
 }
 
 /**

@@ -36,7 +36,16 @@ export interface StatePlan {
 /** The sequence axis of a KV cache, along which rows are written. */
 export const KV_ROW_AXIS = 2;
 
-const HOST_INPUTS = new Set(["input_ids", "hidden_in", "position", "rope", "mask", "valid", "conv_pick", "kv_write"]);
+const HOST_INPUTS = new Set([
+  "input_ids",
+  "hidden_in",
+  "position",
+  "rope",
+  "mask",
+  "valid",
+  "conv_pick",
+  "kv_write",
+]);
 
 /** Inputs the host feeds every step; every other input is a kept buffer. */
 export function hostInputs(io: ComponentIO): readonly IoTensor[] {
