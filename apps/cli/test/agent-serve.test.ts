@@ -60,7 +60,8 @@ describe("the default conversion serves an agent conversation", () => {
           headers: { "content-type": "application/json" },
           body: JSON.stringify({ model: "m", messages, tools, max_tokens: 2, temperature: 0 }),
         });
-        const body = await r.json();
+        // biome-ignore lint/suspicious/noExplicitAny: the response body is inspected field by field
+        const body: any = await r.json();
         expect(r.status, JSON.stringify(body)).toBe(200);
         usages.push(body.usage);
         // the agent calls a tool and gets ~200 tokens back
