@@ -51,10 +51,10 @@ describe("context buckets: package size", () => {
       const config = publishedConfigJson("0.8b") as { text_config: Record<string, unknown> };
       const t = config.text_config;
       const layers = (t.layer_types as string[]).slice(0, 4);
-      const small = {
-        ...config,
-        text_config: { ...t, num_hidden_layers: 4, layer_types: layers, vocab_size: 4096 },
-      };
+      // the vocabulary and EOS of tiny-trained, whose tokenizer files are copied in
+      const tiny = JSON.parse(readFileSync(join(fixtureDir("tiny-trained"), "config.json"), "utf8"));
+      const text = { ...t, num_hidden_layers: 4, layer_types: layers, vocab_size: 4096 };
+      const small = { ...config, text_config: { ...text, eos_token_id: tiny.text_config.eos_token_id } };
       const ck = join(work, "synthetic-0.8b-4l");
       await writeSyntheticCheckpoint({
         config: small,
