@@ -366,7 +366,10 @@ export class ChainRunner implements StepModel {
   private async consume(tokens: number[], opts: StepOptions, wantOutput = true): Promise<StepOutput> {
     this.checkLive();
     const T = this.T;
-    const b = this.bucketFor(this.pos + tokens.length);
+    // a backend that writes all T KV rows of a chunk (Core ML, io KV) gets a bucket with room for
+    // the last chunk's T rows, so that the prompt's tail is a chunk too (below the largest bucket)
+    const whole = T !== undefined && tokens.length >= 2 && this.resident.stepper.writesWholeChunks;
+    const b = this.bucketFor(this.pos + (whole ? Math.ceil(tokens.length / T) * T : tokens.length));
     const ctx = this.buckets[b];
     const batched = T !== undefined && tokens.length >= 2;
     const stepper = await this.ensure(b, batched || (this.resident.prefill && !this.options.dropPrefill));

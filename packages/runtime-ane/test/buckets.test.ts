@@ -197,6 +197,48 @@ describe("context buckets on the reference backend (tiny-trained, fp32)", () => 
   }
 
   it(
+    "a backend that writes all T rows of a chunk (as Core ML does, io KV) gets a bucket with room for them",
+    async () => {
+      const whole: Backend = (() => {
+        const inner = referenceBackend({ precision: "fp32" });
+        return {
+          name: inner.name,
+          transfers: () => inner.transfers(),
+          async load(path, o) {
+            const c = await inner.load(path, o);
+            const pf = c.prefill;
+            // the same function without partialRows: all T KV rows are kept
+            return {
+              ...c,
+              prefill: pf && { io: pf.io, tokens: pf.tokens, predict: (i, s, p) => pf.predict(i, s, p) },
+            };
+          },
+        };
+      })();
+      const dir = dirs["io-buckets"];
+      const partial = await open(dir);
+      const full = await open(dir, {}, whole);
+      // 125 tokens: 8 chunks, the last one's 16 rows end at 128 — bucket 128 holds them
+      const a = logitsOf(await partial.prefill(ids(125)));
+      const b = logitsOf(await full.prefill(ids(125)));
+      expect(full.bucket).toBe(128);
+      expect(Buffer.from(b.buffer)).toEqual(Buffer.from(a.buffer));
+      expect(full.backend.transfers().predictions).toBe(8 * 2 + 1); // every token in a chunk
+      // 120 more from 125: the last chunk's 16 rows would end at 256 + 9; it moves up to 256, and
+      // the rows past the window go token by token
+      const before = full.backend.transfers().predictions;
+      const c = logitsOf(await partial.prefill(ids(131, 3)));
+      const d = logitsOf(await full.prefill(ids(131, 3)));
+      expect(full.position).toBe(256);
+      expect(maxAbsDiff(c, d)).toBeLessThan(1e-4);
+      expect(full.backend.transfers().predictions - before).toBeLessThan(131);
+      partial.dispose();
+      full.dispose();
+    },
+    timeLimit(300_000),
+  );
+
+  it(
     "snapshots move between buckets; dropPrefill unloads the prefill functions after a prompt",
     async () => {
       const dir = dirs["io-buckets"];

@@ -315,6 +315,17 @@ export class ChainStepper {
   }
 
   /**
+   * True when some super-block's prefill function writes all T io KV rows of every chunk (a
+   * backend without partialRows): a chunk then needs T free cache rows, not just its own.
+   */
+  get writesWholeChunks(): boolean {
+    return this.blocks.some((s) => {
+      const f = s.prefill?.f;
+      return f !== undefined && !f.partialRows && f.io.outputs.some((t) => t.role.kind === "kv_new");
+    });
+  }
+
+  /**
    * Whether a chunk of n tokens at `position` can run through prefill() without touching KV rows
    * it must not: its rows stay inside the cache without wrapping, and where every T rows are
    * written (mlstate KV, or a backend without partialRows) they stay inside the KV store and,
