@@ -11,19 +11,12 @@
 //
 //   node scripts/pack-install.mjs [--keep] [--skip-publish]
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { packAll, publicPackages } from "./pack.mjs";
 import { documentedNames } from "./readme-api.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -50,21 +43,6 @@ function run(cmd, args, o = {}) {
     );
   }
   return r.stdout;
-}
-
-/** Public workspace packages: name, folder, and the subpaths they export. */
-function publicPackages() {
-  const out = [];
-  for (const group of ["packages", "apps"]) {
-    for (const d of readdirSync(join(root, group))) {
-      const dir = join(root, group, d);
-      if (!existsSync(join(dir, "package.json"))) continue;
-      const pj = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
-      if (pj.private) continue;
-      out.push({ name: pj.name, dir, exports: Object.keys(pj.exports ?? {}), bin: pj.bin });
-    }
-  }
-  return out;
 }
 
 /** The site-packages mlx folder of the repository's .venv, so that runtime-mlx's install builds its addon. */
@@ -173,9 +151,7 @@ try {
   const pkgs = publicPackages();
   step(`packing ${pkgs.length} public packages`);
   const tarDir = join(work, "tarballs");
-  mkdirSync(tarDir);
-  for (const p of pkgs) run("pnpm", ["pack", "--pack-destination", tarDir], { cwd: p.dir });
-  const tarballs = readdirSync(tarDir).map((f) => join(tarDir, f));
+  const tarballs = packAll(tarDir); // as the README's install from tarballs does
   if (tarballs.length !== pkgs.length)
     throw new Error(`expected ${pkgs.length} tarballs, got ${tarballs.length}`);
 

@@ -20,6 +20,7 @@ describe("profile", () => {
       expect(r.code, r.stderr).toBe(0);
       expect(r.stdout).toMatch(/disagree most/);
       expect(r.stdout).toMatch(/per token: interpreter/);
+      expect(r.stdout).toMatch(/instrumentation: .* is this profiler's own timing/);
       const saved = JSON.parse(readFileSync(file, "utf8"));
       expect(saved.schema).toBe("anemll-qwen35.profile");
       const names = saved.packages.map((p: { name: string }) => p.name);

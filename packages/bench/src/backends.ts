@@ -42,6 +42,8 @@ export interface OpenAneOptions {
   readonly precision?: "fp16" | "fp32";
   /** Times every component's predict (ms per super-block). */
   readonly timer?: ComponentTimer;
+  /** Prompts through the packages' prefill function when they have one (default true). */
+  readonly prefillFunction?: boolean;
 }
 
 /** Opens with loadModel, timing the open and collecting Core ML compile seconds. */
@@ -68,6 +70,7 @@ export function openAne(dir: string, o: OpenAneOptions = {}): Promise<Opened> {
     {
       backend: which,
       precision: o.precision ?? "fp16",
+      prefillFunction: o.prefillFunction,
       wrapBackend: timer ? (b) => timedBackend(b, timer) : undefined,
     },
     which === "coreml" ? "ane-coreml" : "ane-reference",

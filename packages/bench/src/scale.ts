@@ -24,7 +24,8 @@ export interface ScaleParams {
   readonly decodeSteps: number;
   /** Decode steps run and discarded before the measured ones. */
   readonly warmupSteps: number;
-  readonly prefillTokens: number;
+  /** Prompt lengths of the prefill scenario (its chain is converted for the longest, at least ctx). */
+  readonly prefillPrompts: readonly number[];
   readonly prefillRepeats: number;
   readonly ctxSweep: readonly number[];
   readonly fuseSweep: readonly (number | "all")[];
@@ -70,7 +71,8 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
           promptTokens: 4,
           decodeSteps: 3,
           warmupSteps: 1,
-          prefillTokens: 4,
+          // one prefill-function call (T = 64): below T/8 a chain would not batch at all
+          prefillPrompts: [64],
           prefillRepeats: 2,
           ctxSweep: [128, 256],
           fuseSweep: [1, "all"],
@@ -97,7 +99,7 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
           promptTokens: 8,
           decodeSteps: 8,
           warmupSteps: 1,
-          prefillTokens: 16,
+          prefillPrompts: [64, 256, 1024],
           prefillRepeats: 2,
           ctxSweep: [128, 256, 512, 1024],
           fuseSweep: [1, 2, 3, "all"],

@@ -121,9 +121,18 @@ describe.sequential("bench scenarios at smoke scale", () => {
     expectCharts(r, 2);
   });
 
-  it("prefill: prompt tok/s per backend", async () => {
+  it("prefill: a 64-token prompt, batched through the prefill function and token by token, labelled", async () => {
     const r = await smoke("prefill");
-    expect(metricOf(r, /^ane-/, "prefill_tok_s").samples).toHaveLength(2);
+    const batched = r.runs.find((x) => /^ane-.* · batched · 64 tokens$/.test(x.id));
+    const single = r.runs.find((x) => /^ane-.* · token-by-token · 64 tokens$/.test(x.id));
+    expect(batched?.config).toMatchObject({ promptTokens: 64, mode: "batched" });
+    expect(batched?.notes.join(" ")).toMatch(/prefill function, 64 tokens a call/);
+    expect(single?.notes.join(" ")).toMatch(/decode function, one call per prompt token/);
+    for (const run of [batched!, single!]) {
+      const tok = run.metrics.find((m) => m.name === "prefill_tok_s")!;
+      expect(tok.samples).toHaveLength(2);
+      expect(tok.summary.median).toBeGreaterThan(0);
+    }
     expectMlxOrSkip(r);
     expectCharts(r, 1);
   });

@@ -51,7 +51,7 @@ export interface StepResult {
 }
 
 /** The interpreter as a chain component: outputs as the graph computes them, non-finite values collected. */
-function component(
+export function component(
   name: string,
   part: ChainPart,
   opts: ChainOptions,

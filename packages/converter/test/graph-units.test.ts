@@ -6,13 +6,12 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { type AnemllError, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
+import { argmaxToken, decodeMask } from "@anemll-qwen35/ir/chain";
 import { parseQwen35Config, Qwen35Checkpoint } from "@anemll-qwen35/ir/checkpoint";
 import { interpret, MilBuilder, tensorType } from "@anemll-qwen35/ir/mil";
 import { describe, expect, it } from "vitest";
 import {
-  argmaxToken,
   buildComponent,
-  decodeMask,
   GraphWeights,
   MASK_NEG,
   planPieces,

@@ -56,6 +56,12 @@ export const ProfilePackageSchema = z.object({
   /** Wall time of one interpreter run of the decode function (median, and every run). */
   interpreterMs: nonneg,
   interpreterRunsMs: z.array(nonneg).min(1),
+  /**
+   * The same runs without per-op timing (median; each alternates with a timed one): what the
+   * package costs the interpreter when `run` drives it, so interpreterMs − this is the profiler's
+   * own overhead. Absent in reports written before it was measured.
+   */
+  uninstrumentedMs: nonneg.optional(),
   /** Core ML per-prediction time (macOS only). */
   coremlMs: nonneg.optional(),
   estimatedMs: nonneg,
@@ -96,6 +102,8 @@ export const ProfileReportSchema = z.object({
   packages: z.array(ProfilePackageSchema).min(1),
   chain: z.object({
     interpreterMsPerToken: nonneg,
+    /** The packages' uninstrumentedMs summed: a token without the per-op timing. */
+    uninstrumentedMsPerToken: nonneg.optional(),
     coremlMsPerToken: nonneg.optional(),
     estimatedMsPerToken: nonneg,
   }),
@@ -173,12 +181,16 @@ function zeroInputs(model: MlModel, fn: string): Record<string, ReturnType<typeo
   return inputs;
 }
 
-/** Times `runs` runs of a function op by op; returns each run's wall ms and each op's median ms. */
+/**
+ * Times `runs` runs of a function op by op; returns each run's wall ms and each op's median ms,
+ * and the wall ms of as many runs without the per-op timing, each before a timed one (ABAB, so
+ * that a change in the machine's load falls on both alike).
+ */
 function interpretTimed(
   model: MlModel,
   fn: string,
   o: { precision: "fp16" | "fp32"; warmup: number; runs: number },
-): { runsMs: number[]; opMs: Map<string, number> } {
+): { runsMs: number[]; plainRunsMs: number[]; opMs: Map<string, number> } {
   const interp = new MilInterpreter(model.program, {
     functionName: fn,
     precision: o.precision,
@@ -188,8 +200,12 @@ function interpretTimed(
   const state = interp.newState();
   for (let i = 0; i < o.warmup; i++) interp.run(inputs, { state });
   const runsMs: number[] = [];
+  const plainRunsMs: number[] = [];
   const perOp = new Map<string, number[]>();
   for (let i = 0; i < o.runs; i++) {
+    const p0 = performance.now();
+    interp.run(inputs, { state });
+    plainRunsMs.push(performance.now() - p0);
     const t0 = performance.now();
     const r = interp.run(inputs, { state, profile: "ops" });
     runsMs.push(performance.now() - t0);
@@ -199,7 +215,7 @@ function interpretTimed(
       else perOp.set(t.name, [t.ms]);
     }
   }
-  return { runsMs, opMs: new Map([...perOp].map(([k, v]) => [k, median(v)])) };
+  return { runsMs, plainRunsMs, opMs: new Map([...perOp].map(([k, v]) => [k, median(v)])) };
 }
 
 const opBytes = (o: OpEntry) =>
@@ -277,6 +293,7 @@ export async function profile(
       function: fplan.name,
       interpreterMs,
       interpreterRunsMs: m.runsMs,
+      uninstrumentedMs: median(m.plainRunsMs),
       coremlMs,
       estimatedMs: pp.prediction.estimatedMs,
       weightBytes,
@@ -316,6 +333,7 @@ export async function profile(
     packages,
     chain: {
       interpreterMsPerToken: packages.reduce((s, p) => s + p.interpreterMs, 0),
+      uninstrumentedMsPerToken: packages.reduce((s, p) => s + (p.uninstrumentedMs ?? 0), 0),
       coremlMsPerToken: allCoreml ? packages.reduce((s, p) => s + (p.coremlMs ?? 0), 0) : undefined,
       estimatedMsPerToken: packages.reduce((s, p) => s + p.estimatedMs, 0),
     },
@@ -422,6 +440,14 @@ export function formatProfile(p: ProfileReport): string {
         : "") +
       ` · estimate ${ms(c.estimatedMsPerToken)} (${(1000 / c.estimatedMsPerToken).toFixed(1)} tok/s)`,
   );
+  if (c.uninstrumentedMsPerToken !== undefined) {
+    const extra = c.interpreterMsPerToken - c.uninstrumentedMsPerToken;
+    out.push(
+      `  instrumentation: the same runs without per-op timing take ${ms(c.uninstrumentedMsPerToken)} a token, so ` +
+        `${ms(Math.max(0, extra))} (${fmtPct(Math.max(0, extra) / c.interpreterMsPerToken)}) of the interpreter's figure is this profiler's own timing; ` +
+        "`run` decodes without it (and with the state and inputs of a real sequence, not zeros)",
+    );
+  }
   out.push("");
   out.push("Op types (share of summed op time)");
   out.push(

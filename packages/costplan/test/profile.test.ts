@@ -35,6 +35,12 @@ describe("profile", () => {
     const gaps = p.disagreements.map((d) => Math.abs(d.shareGap));
     expect([...gaps].sort((a, b) => b - a)).toEqual(gaps);
     expect(p.chain.interpreterMsPerToken).toBeCloseTo(pkg.interpreterMs, 9);
+    // the untimed runs beside the timed ones: the profiler's own share is printed
+    expect(pkg.uninstrumentedMs).toBeGreaterThan(0);
+    expect(p.chain.uninstrumentedMsPerToken).toBeCloseTo(pkg.uninstrumentedMs!, 9);
+    expect(formatProfile(p)).toMatch(
+      /instrumentation: the same runs without per-op timing take .* a token, so .* of the interpreter's figure is this profiler's own timing/,
+    );
     if (process.platform !== "darwin") {
       expect(p.coreml.timed).toBe(false);
       expect(p.coreml.reason).toMatch(/macOS|darwin|linux/i);

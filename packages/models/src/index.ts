@@ -9,6 +9,16 @@ export { type BackendInfo, type LoadedModel, loadModel } from "./load.js";
 export type { LoadModelOptions, LoadProgress } from "./load-options.js";
 export { ModelLoadError } from "./errors.js";
 
+// A chain checked against the checkpoint it was converted from, run on MLX in float32
+export {
+  DEFAULT_MAX_DRIFT,
+  type MlxVerifyReport,
+  type SuperBlockDrift,
+  VERIFY_PROMPTS,
+  type VerifyAgainstMlxOptions,
+  verifyAgainstMlx,
+} from "./verify-mlx.js";
+
 // The backends, and which one "auto" picks for a folder
 export { type BackendChoice, type BackendName, chooseBackend, type ModelKind } from "./backend.js";
 

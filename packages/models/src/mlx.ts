@@ -11,7 +11,7 @@ import type { LoadModelOptions, OpenedRuntime } from "./load-options.js";
 type RuntimeMlx = typeof import("@anemll-qwen35/runtime-mlx");
 type WorkerStats = import("@anemll-qwen35/runtime-mlx").WorkerStats;
 
-async function runtimeMlx(ref: string): Promise<RuntimeMlx> {
+export async function runtimeMlx(ref: string): Promise<RuntimeMlx> {
   let mlx: RuntimeMlx;
   try {
     mlx = await import("@anemll-qwen35/runtime-mlx");

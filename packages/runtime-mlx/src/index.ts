@@ -14,6 +14,7 @@ export {
 } from "./mlx-qwen35.js";
 export type { CheckpointFormat } from "./qwen35/checkpoint.js";
 export { MlxLayerPrefix } from "./layer-prefix.js";
+export { type MlxTrace, traceMlx } from "./trace.js";
 export { type SaveMlxOptions, saveMlxCheckpoint } from "./save-mlx.js";
 
 // The array layer, and whether the addon (and MLX) loaded here

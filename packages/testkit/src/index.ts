@@ -8,5 +8,6 @@ export {
 } from "@anemll-qwen35/ir/checkpoint";
 export * from "./configs.js";
 export * from "./coremltools.js";
+export * from "./corrupt.js";
 export * from "./machine.js";
 export * from "./random.js";

@@ -3,6 +3,7 @@
  * builders is the model's own math. Sources: shared/reference/ane-toolchains.md §1.7, §1.8, §6
  * (ANEMLL, apple/ml-ane-transformers, Anemll/anemll-forge ANE_DELTANET_NUMERICS.md).
  */
+import { f32ToF16Bits } from "@anemll-qwen35/core";
 import type { MilBuilder, MilDType, MilVar } from "@anemll-qwen35/ir/mil";
 
 /**
@@ -38,6 +39,45 @@ export function scalar(value: number, like: MilVar): { data: number[]; dtype: Mi
   return { data: [value], dtype: like.dtype, shape: [] };
 }
 
+/** fp16's smallest normal number, 2⁻¹⁴ ≈ 6.1e-5: the ANE flushes anything smaller to 0. */
+export const F16_MIN_NORMAL = 2 ** -14;
+
+/**
+ * A norm's epsilon typed like `like`, floored at F16_MIN_NORMAL in fp16: a subnormal eps is 0 on
+ * the ANE, and a zero row then normalises to 0·rsqrt(0) = NaN. fp32 graphs keep the model's value.
+ */
+export function epsilon(eps: number, like: MilVar): ReturnType<typeof scalar> {
+  return scalar(like.dtype === "fp16" ? Math.max(eps, F16_MIN_NORMAL) : eps, like);
+}
+
+const isF16Subnormal = (bits: number) => (bits & 0x7c00) === 0 && (bits & 0x03ff) !== 0;
+
+/**
+ * fp16 weights as the ANE reads them: subnormals (|w| < 2⁻¹⁴) are 0 there, so the package stores
+ * ±0 and holds no fp16 subnormal (the same array when it has none).
+ */
+export function flushF16Bits(bits: Uint16Array): Uint16Array {
+  let out: Uint16Array | undefined;
+  for (let i = 0; i < bits.length; i++) {
+    if (!isF16Subnormal(bits[i])) continue;
+    out ??= bits.slice();
+    out[i] = bits[i] & 0x8000;
+  }
+  return out ?? bits;
+}
+
+/** Float values for an fp16 constant, those that round to an fp16 subnormal made ±0 (see flushF16Bits). */
+export function flushF16Values(values: Float32Array): Float32Array {
+  let out: Float32Array | undefined;
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    if (v === 0 || Math.abs(v) >= F16_MIN_NORMAL || !isF16Subnormal(f32ToF16Bits(v))) continue;
+    out ??= values.slice();
+    out[i] = v < 0 ? -0 : 0;
+  }
+  return out ?? values;
+}
+
 /**
  * A projection as a 1×1 conv over channels-first activations [1, Cin, 1, 1] with weight
  * [Cout, Cin, 1, 1]: the ANE's native layout for matrix-vector products (ANEMLL,
@@ -51,6 +91,11 @@ export function conv1x1(b: MilBuilder, x: MilVar, weight: MilVar, name: string):
  * RMSNorm along `axis` as layer_norm over concat([x, −x]): that tensor has mean exactly 0, so
  * layer_norm's (x − mean)/√(var + eps) is x/√(mean(x²) + eps) — and the ANE has a native
  * layer_norm but no RMSNorm. Keeps the first half, then scales by `gamma` (when given).
+ * An fp16 eps below 2⁻¹⁴ (Qwen3.5's 1e-6) would be flushed to 0 on the ANE, and a zero row would
+ * then be NaN; flooring it at 2⁻¹⁴ instead costs accuracy wherever mean(x²) is small (embeddings
+ * of std 0.02: ~15 % of it). So both halves are scaled by a power of two s with s²·eps ≥ 2⁻¹⁴ and
+ * layer_norm gets s²·eps — the same function exactly (RMSNorm(s·x) with s²·eps is RMSNorm(x) with
+ * eps), |x| up to 65504/s (8 188 for 1e-6).
  */
 export function rmsNormAne(
   b: MilBuilder,
@@ -60,9 +105,11 @@ export function rmsNormAne(
   const { axis, eps, gamma, name } = opts;
   const rank = x.shape.length;
   const ax = axis < 0 ? axis + rank : axis;
-  const neg = b.mul({ x, y: scalar(-1, x), name: `${name}_neg` });
-  const both = b.concat({ values: [x, neg], axis: ax, name: `${name}_cat` }); // C → 2C along axis
-  const normed = b.layerNorm({ x: both, axes: [ax], epsilon: scalar(eps, x), name: `${name}_ln` });
+  const s = x.dtype === "fp16" ? normalEpsScale(eps) : 1;
+  const pos = s === 1 ? x : b.mul({ x, y: scalar(s, x), name: `${name}_scaled` });
+  const neg = b.mul({ x, y: scalar(-s, x), name: `${name}_neg` });
+  const both = b.concat({ values: [pos, neg], axis: ax, name: `${name}_cat` }); // C → 2C along axis
+  const normed = b.layerNorm({ x: both, axes: [ax], epsilon: epsilon(eps * s * s, x), name: `${name}_ln` });
   const end = [...x.shape];
   const half = b.sliceByIndex({
     x: normed,
@@ -71,6 +118,13 @@ export function rmsNormAne(
     name: `${name}_half`,
   });
   return gamma ? b.mul({ x: half, y: gamma, name }) : half;
+}
+
+/** The least power of two s with s²·eps a normal fp16 number (1 when eps is one, or 0). */
+function normalEpsScale(eps: number): number {
+  let s = 1;
+  while (eps > 0 && eps * s * s < F16_MIN_NORMAL) s *= 2;
+  return s;
 }
 
 /**

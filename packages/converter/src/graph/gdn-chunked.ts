@@ -5,9 +5,10 @@
  * Two forms of the same recurrence (gdn.ts is the one-token step):
  *   chunked: the WY (chunked delta rule) form over sub-chunks of C tokens — per head, with
  *            g the log decays, Γ = L·g (cumulative sum as a matmul by the constant lower
- *            triangle L), A = strict-lower((β⊙K)·Kᵀ ⊙ exp(Γᵢ − Γⱼ)):
- *              Tinv = (I + A)⁻¹          a fixed product (I − A)(I + A²)(I + A⁴)… (A is
- *                                        nilpotent: A^C = 0, so ⌈log₂ C⌉ factors are exact)
+ *            triangle L), Γᵢ − Γⱼ formed as the segment sum Σ_{j<k≤i} g_k = L·(g ⊙ strict-lower)
+ *            (never as a difference: fp16 cancellation), A = strict-lower((β⊙K)·Kᵀ ⊙ exp(Γᵢ − Γⱼ)):
+ *              Tinv = (I + A)⁻¹          by block doubling (blockedInverse: ⌈log₂ C⌉ levels,
+ *                                        each a sub-inverse, bounded; not the product form)
  *              U = Tinv·(β⊙V),  W = Tinv·(β⊙exp(Γ)⊙K),  V′ = U − W·S
  *              O = (exp(Γ)⊙Q)·S + ((Q·Kᵀ) ⊙ lower(exp(Γᵢ − Γⱼ)))·V′
  *              S ← exp(Γ_C)·S + (exp(Γ_C − Γ)⊙K)ᵀ·V′
@@ -19,7 +20,7 @@
  * whose β and log decay are then multiplied by 0 — those rows leave S unchanged — and the host's
  * `conv_pick` selects the conv window after the last valid token.
  */
-import type { MilVar } from "@anemll-qwen35/ir/mil";
+import type { MilBuilder, MilVar } from "@anemll-qwen35/ir/mil";
 import { GDN_Q_SCALE, GDN_V_SCALE, scalar, siluTanh, softplusStable } from "./ane.js";
 import {
   type GdnStateIn,
@@ -60,7 +61,7 @@ function headsRows(w: GraphWeights, x: MilVar, heads: number, name: string): Mil
 }
 
 /** Constant [1, 1, n, n] lower triangle: 1 where j ≤ i (strict: j < i). */
-function lowerTriangle(w: GraphWeights, n: number, strict: boolean, name: string): MilVar {
+function lowerTriangle(w: DeltaBuilder, n: number, strict: boolean, name: string): MilVar {
   const v = new Float32Array(n * n);
   for (let i = 0; i < n; i++) for (let j = 0; j < (strict ? i : i + 1); j++) v[i * n + j] = 1;
   return w.constant(v, [1, 1, n, n], name);
@@ -152,8 +153,11 @@ export async function gdnChunkLayer(
   return { out, conv: convNext, rec };
 }
 
+/** What the delta-rule forms build with: the builder and small constants in the graph dtype. */
+export type DeltaBuilder = Pick<GraphWeights, "b" | "constant">;
+
 /** Per head: q, k [1, Hv, T, dk], v [1, Hv, T, dv], β and g [1, Hv, T, 1], S [1, Hv, dk, dv]. */
-interface DeltaInputs {
+export interface DeltaInputs {
   readonly q: MilVar;
   readonly k: MilVar;
   readonly v: MilVar;
@@ -162,24 +166,20 @@ interface DeltaInputs {
   readonly S: MilVar;
 }
 
-const rowsOf = (w: GraphWeights, x: MilVar, from: number, to: number, name: string) => {
+const rowsOf = (w: DeltaBuilder, x: MilVar, from: number, to: number, name: string) => {
   const [, h, , d] = x.shape;
   return w.b.sliceByIndex({ x, begin: [0, 0, from, 0], end: [1, h, to, d], name });
 };
 
 /** The chunked (WY) form over sub-chunks of `wy` tokens (the largest divisor of T not above it). */
-function wyRule(w: GraphWeights, x: DeltaInputs, wy: number): { o: MilVar; rec: MilVar } {
+export function wyRule(w: DeltaBuilder, x: DeltaInputs, wy: number): { o: MilVar; rec: MilVar } {
   const b = w.b;
   const T = x.q.shape[2];
   let C = Math.min(wy, T);
   while (T % C !== 0) C--;
   const Lincl = lowerTriangle(w, C, false, "tri_incl");
   const Lstrict = lowerTriangle(w, C, true, "tri_strict");
-  const eye = w.constant(
-    Float32Array.from({ length: C * C }, (_, i) => (i % (C + 1) === 0 ? 1 : 0)),
-    [1, 1, C, C],
-    "eye",
-  );
+  const inverse = inverseConstants(w, C);
   let S = x.S;
   const outs: MilVar[] = [];
   for (let c = 0; c < T / C; c++) {
@@ -187,28 +187,24 @@ function wyRule(w: GraphWeights, x: DeltaInputs, wy: number): { o: MilVar; rec: 
     const [q, k, v, beta, g] = [x.q, x.k, x.v, x.beta, x.g].map((t, i) =>
       rowsOf(w, t, c * C, (c + 1) * C, `${n}${["q", "k", "v", "beta", "g"][i]}`),
     );
-    // Γ = L·g (cumulative log decay); Γᵢ − Γⱼ masked to the lower triangle before exp (no overflow above it)
+    // Γ = L·g (cumulative log decay) for exp(Γᵢ) ≤ 1; the decay from j to i, exp(Γᵢ − Γⱼ), from the
+    // segment sums Γᵢⱼ = Σ_{j<k≤i} g_k formed directly — L·(g ⊙ strict-lower), each a sum of
+    // same-sign terms (g ≤ 0) — not as a difference of two cumulative sums, which reach |1 000| in a
+    // 64-token sub-chunk and cancel in fp16 (ulp 0.5 there; Mamba-2's segsum, FLA keeps it fp32)
     const G = b.matmul({ x: Lincl, y: g, name: `${n}G` }); // [1, Hv, C, 1]
-    const Grow = b.reshape({ x: G, shape: [1, G.shape[1], 1, C], name: `${n}G_row` });
-    const diff = b.mul({ x: b.sub({ x: G, y: Grow, name: `${n}G_diff` }), y: Lincl, name: `${n}G_low` });
-    const decay = b.exp({ x: diff, name: `${n}decay` }); // exp(Γᵢ − Γⱼ) below the diagonal, 1 above
+    const seg = b.matmul({
+      x: Lincl,
+      y: b.mul({ x: g, y: Lstrict, name: `${n}g_low` }), // [k, j] = g_k for j < k
+      name: `${n}seg`,
+    }); // [1, Hv, C, C]: Σ_{j<k≤i} g_k, 0 on and above the diagonal (an empty sum)
+    const decay = b.exp({ x: seg, name: `${n}decay` }); // ≤ 1 below the diagonal, 1 on and above
     const kb = b.mul({ x: k, y: beta, name: `${n}kb` });
     const A = b.mul({
       x: b.matmul({ x: kb, y: k, transposeY: true, name: `${n}kbk` }),
       y: b.mul({ x: decay, y: Lstrict, name: `${n}decay_strict` }),
       name: `${n}A`,
     }); // [1, Hv, C, C], strictly lower
-    // (I + A)⁻¹ = (I − A)(I + A²)(I + A⁴)…: exact once the power reaches C (A^C = 0)
-    let Tinv = b.sub({ x: eye, y: A, name: `${n}inv0` });
-    let power = A;
-    for (let i = 1; 2 ** i < C; i++) {
-      power = b.matmul({ x: power, y: power, name: `${n}A${2 ** i}` });
-      Tinv = b.add({
-        x: Tinv,
-        y: b.matmul({ x: Tinv, y: power, name: `${n}inv${i}_p` }),
-        name: `${n}inv${i}`,
-      });
-    }
+    const Tinv = blockedInverse(b, A, inverse, n); // (I + A)⁻¹
     const eG = b.exp({ x: G, name: `${n}eG` }); // [1, Hv, C, 1], ≤ 1
     const U = b.matmul({ x: Tinv, y: b.mul({ x: v, y: beta, name: `${n}vb` }), name: `${n}U` }); // [1, Hv, C, dv]
     const W = b.matmul({ x: Tinv, y: b.mul({ x: kb, y: eG, name: `${n}kbg` }), name: `${n}W` }); // [1, Hv, C, dk]
@@ -222,7 +218,12 @@ function wyRule(w: GraphWeights, x: DeltaInputs, wy: number): { o: MilVar; rec: 
     outs.push(b.add({ x: inter, y: b.matmul({ x: qk, y: Vp, name: `${n}intra` }), name: `${n}o` }));
     // S ← exp(Γ_C)·S + (exp(Γ_C − Γ)⊙K)ᵀ·V′
     const Glast = rowsOf(w, G, C - 1, C, `${n}G_last`); // [1, Hv, 1, 1]
-    const tailDecay = b.exp({ x: b.sub({ x: Glast, y: G, name: `${n}G_tail` }), name: `${n}tail_decay` }); // ≤ 1
+    const segLast = b.reshape({
+      x: rowsOf(w, seg, C - 1, C, `${n}seg_last`), // [1, Hv, 1, C]: Γ_C − Γⱼ as its own segment sum
+      shape: [1, seg.shape[1], C, 1],
+      name: `${n}G_tail`,
+    });
+    const tailDecay = b.exp({ x: segLast, name: `${n}tail_decay` }); // ≤ 1
     const kd = b.mul({ x: k, y: tailDecay, name: `${n}kd` });
     S = b.add({
       x: b.mul({ x: S, y: b.exp({ x: Glast, name: `${n}eG_last` }), name: `${n}S_decay` }),
@@ -234,8 +235,58 @@ function wyRule(w: GraphWeights, x: DeltaInputs, wy: number): { o: MilVar; rec: 
   return { o, rec: S };
 }
 
+/** The identity [1, 1, C, C] and the masks Mₛ, s = 1, 2, 4 … < C, of blockedInverse. */
+interface InverseConstants {
+  readonly eye: MilVar;
+  readonly masks: readonly MilVar[];
+}
+
+function inverseConstants(w: DeltaBuilder, C: number): InverseConstants {
+  const eye = w.constant(
+    Float32Array.from({ length: C * C }, (_, i) => (i % (C + 1) === 0 ? 1 : 0)),
+    [1, 1, C, C],
+    "eye",
+  );
+  const masks: MilVar[] = [];
+  for (let s = 1; s < C; s *= 2) {
+    const m = new Float32Array(C * C);
+    for (let i = 0; i < C; i++)
+      for (let j = 0; j < C; j++)
+        if (Math.floor(i / (2 * s)) === Math.floor(j / (2 * s)) && i % (2 * s) >= s && j % (2 * s) < s)
+          m[i * C + j] = 1;
+    masks.push(w.constant(m, [1, 1, C, C], `inv_mask${s}`));
+  }
+  return { eye, masks };
+}
+
+/**
+ * (I + A)⁻¹ of a strictly lower A [1, H, C, C] by block doubling: T₁ = I, and with Mₛ the 0/1
+ * mask of the entries in the second half (rows) × first half (columns) of each 2s-block,
+ *   T₂ₛ = Tₛ − Tₛ·(A ⊙ Mₛ)·Tₛ      ([[T₁₁, 0], [A₂₁, T₂₂]] ↦ [[T₁₁, 0], [−T₂₂·A₂₁·T₁₁, T₂₂]])
+ * so every Tₛ is block-diagonal with the exact inverses of (I + A)'s diagonal blocks — values the
+ * delta rule itself bounds — where the product (I − A)(I + A²)(I + A⁴)… has partial sums that
+ * grow like binomials once keys correlate (|Aᵢⱼ| → 1): 36–210 % relative error at C 16 in fp16 on
+ * repeated keys (test/gdn-wy-fp16.test.ts). ⌈log₂ C⌉ levels of 2 matmuls, masks are constants.
+ */
+function blockedInverse(b: MilBuilder, A: MilVar, k: InverseConstants, name: string): MilVar {
+  const C = A.shape[2];
+  // s = 1: T₁ = I, so T₂ = I − A ⊙ M₁ (C = 1: A is 0, the inverse I)
+  const first = C === 1 ? A : b.mul({ x: A, y: k.masks[0], name: `${name}A_m1` });
+  let Tinv = b.sub({ x: k.eye, y: first, name: `${name}inv2` });
+  for (let s = 2, level = 1; s < C; s *= 2, level++) {
+    const off = b.mul({ x: A, y: k.masks[level], name: `${name}A_m${s}` });
+    const right = b.matmul({ x: off, y: Tinv, name: `${name}inv${s}_r` });
+    Tinv = b.sub({
+      x: Tinv,
+      y: b.matmul({ x: Tinv, y: right, name: `${name}inv${s}_l` }),
+      name: `${name}inv${2 * s}`,
+    });
+  }
+  return Tinv;
+}
+
 /** The one-token delta rule (gdn.ts) unrolled over the chunk's T tokens. */
-function scanRule(w: GraphWeights, x: DeltaInputs): { o: MilVar; rec: MilVar } {
+export function scanRule(w: DeltaBuilder, x: DeltaInputs): { o: MilVar; rec: MilVar } {
   const b = w.b;
   const T = x.q.shape[2];
   let S = x.S;

@@ -10,6 +10,7 @@
 import type { MilVar } from "@anemll-qwen35/ir/mil";
 import {
   conv1x1,
+  epsilon,
   GDN_NORM_EPS_SCALE,
   GDN_Q_SCALE,
   GDN_V_SCALE,
@@ -36,11 +37,11 @@ export interface GdnStep {
   readonly rec: MilVar;
 }
 
-/** L2 normalisation over the last axis, x·rsqrt(Σx² + 1e-6) (HF's l2norm), times `scale`. */
+/** L2 normalisation over the last axis, x·rsqrt(Σx² + 1e-6) (HF's l2norm; ε 2⁻¹⁴ in fp16), times `scale`. */
 export function l2norm(w: GraphWeights, x: MilVar, scale: number, name: string): MilVar {
   const b = w.b;
   const ss = b.reduceSumSquare({ x, axes: [-1], keepDims: true, name: `${name}_ss` });
-  const inv = b.rsqrt({ x: ss, epsilon: scalar(1e-6, x), name: `${name}_rsqrt` });
+  const inv = b.rsqrt({ x: ss, epsilon: epsilon(1e-6, x), name: `${name}_rsqrt` });
   const unit = b.mul({ x, y: inv, name: scale === 1 ? name : `${name}_unit` });
   return scale === 1 ? unit : b.mul({ x: unit, y: scalar(scale, x), name });
 }

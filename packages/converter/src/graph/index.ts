@@ -22,19 +22,7 @@ export {
 } from "../options.js";
 export { checkAneLimits } from "./limits.js";
 
-// ---- Its interface: ComponentIO, defined in ir/chain where runtimes read it; the piece split
-export type {
-  ComponentIO,
-  ComponentKind,
-  GraphDType,
-  IoDType,
-  IoRole,
-  IoTensor,
-  KvPlacement,
-  LmHeadPiece,
-  MaskRule,
-} from "@anemll-qwen35/ir/chain";
-export { argmaxToken, decodeMask } from "@anemll-qwen35/ir/chain";
+// ---- The piece split (the interface, ComponentIO and its roles, is ir/chain's, where runtimes read it)
 export { planPieces } from "./io.js";
 
 // ---- The model, one function per block

@@ -324,7 +324,7 @@ export class SuperblockIO {
     ];
     if (prefill)
       notes.push(
-        `prefill: ${T} tokens at positions [position, position + ${T}) in one call; a shorter chunk of n tokens feeds zero hidden rows after them, valid = 1 for the first n rows and 0 after, conv_pick picks window columns n … n + ${K1 - 1}; all ${T} KV rows are produced (rows past n are masked until decode overwrites them; the host may keep only n), so position + n ≤ ctx`,
+        `prefill: ${T} tokens at positions [position, position + ${T}) in one call; a shorter chunk of n tokens feeds copies of its last hidden row after them (never zeros: an fp16 norm of a zero row is NaN on a datapath that flushes subnormals), valid = 1 for the first n rows and 0 after, conv_pick picks window columns n … n + ${K1 - 1}; all ${T} KV rows are produced (rows past n are masked until decode overwrites them; the host may keep only n), so position + n ≤ ctx`,
       );
     if (o.state === "mlstate" && o.dtype === "fp32")
       notes.push("the KV state is fp16 (Core ML states are fp16 only); this fp32 graph casts around it");

@@ -19,6 +19,7 @@ import {
   rowsFloat32,
 } from "../quant/encode.js";
 import type { QuantPlan } from "../quant/plan.js";
+import { flushF16Bits, flushF16Values } from "./ane.js";
 
 /**
  * Where weights come from: canonical names (see ir's checkpoint/weights.ts) → stored tensors.
@@ -116,7 +117,8 @@ export class GraphWeights {
 
   /** A small constant in the graph dtype (a table derived in the graph), named `name` in the current scope. */
   constant(values: Float32Array, shape: readonly number[], name: string): MilVar {
-    return this.b.const(values, this.dtype, shape, { name });
+    const v = this.dtype === "fp16" ? flushF16Values(values) : values;
+    return this.b.const(v, this.dtype, shape, { name });
   }
 
   /** A checkpoint tensor (or values folded from it) as a constant, named for the tensor in any scope. */
@@ -211,7 +213,9 @@ export class GraphWeights {
     const reused = store ? await store.reuse(key) : undefined;
     const e = reused ?? (await encodeWeight(t, rows, planned, this.opts));
     const dtype = this.dtype;
-    const lutDtype = (bits: Uint16Array) => (dtype === "fp16" ? bits : Float32Array.from(bits, f16BitsToF32));
+    // fp16 values as the package stores them: subnormals are 0 on the ANE, and so in the package
+    const lutDtype = (bits: Uint16Array) =>
+      dtype === "fp16" ? flushF16Bits(bits) : Float32Array.from(bits, f16BitsToF32);
     let v: MilVar;
     if (e.kind === "lut") {
       const lut = lutDtype(e.lut);
@@ -228,7 +232,7 @@ export class GraphWeights {
         name,
       });
     } else {
-      v = this.b.const(e.data, dtype, e.shape, { name });
+      v = this.b.const(e.data instanceof Uint16Array ? lutDtype(e.data) : e.data, dtype, e.shape, { name });
     }
     const { encoding, bits, shape, error } = e;
     this.opts.shared?.set(name, v);

@@ -15,8 +15,8 @@
  *                 mlstate KV: the package's state `kv` (zeros at sequence start), updated in place;
  *                                                                       → hidden_out (the next package's hidden)
  *   superblocks, prefill function (model.json's component.prefill, T tokens a call): the same
- *                 with hidden [1, D, 1, T] for tokens at p … p+T-1 (zero rows after a short chunk's n
- *                 tokens), rope rows for those positions, mask by the "prefill" rule, valid and
+ *                 with hidden [1, D, 1, T] for tokens at p … p+T-1 (after a short chunk's n tokens,
+ *                 copies of row n − 1: finite, so fp16 norms stay finite; see hiddenRows), rope rows for those positions, mask by the "prefill" rule, valid and
  *                 conv_pick (prefillInputs) → hidden_out [1, D, 1, T], the states after the chunk's
  *                 last real token, and kv{L}_*_new [1, Hkv, T, hd] (all T rows; p + T ≤ ctx). It
  *                 shares the decode function's weights and kept buffers.

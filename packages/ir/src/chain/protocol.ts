@@ -113,12 +113,25 @@ export function hiddenRow(h: Tensor, i: number): Tensor {
   return { dtype: h.dtype, shape: [1, D, 1, 1], data: out } as Tensor;
 }
 
-/** Rows [1, D, 1, 1] (n ≤ T of them) as a channels-first [1, D, 1, T], zeros after them. */
+/**
+ * Rows [1, D, 1, 1] (1 ≤ n ≤ T of them) as a channels-first [1, D, 1, T], the last row repeated
+ * after them. Not zeros: on an fp16 datapath that flushes subnormals, a norm's ε can be 0 and a
+ * zero row gives 0·rsqrt(0) = NaN, which 0·x masks do not stop. A copy of a real row keeps every
+ * padded value finite; `valid` keeps those rows out of the GDN state, the mask out of every query
+ * of a real token.
+ */
 export function hiddenRows(rows: readonly Tensor[], tokens: number): Tensor {
+  const n = rows.length;
+  if (n < 1 || n > tokens)
+    throw new InvalidArgumentError(`a prefill chunk of ${tokens} holds 1 … ${tokens} rows, not ${n}`);
   const D = rows[0].shape[1];
   const Ctor = rows[0].data.constructor as new (n: number) => Tensor["data"];
   const out = new Ctor(D * tokens);
-  for (const [i, r] of rows.entries()) for (let d = 0; d < D; d++) out[d * tokens + i] = r.data[d] as never;
+  for (let d = 0; d < D; d++) {
+    const at = d * tokens;
+    for (let i = 0; i < n; i++) out[at + i] = rows[i].data[d] as never;
+    out.fill(rows[n - 1].data[d] as never, at + n, at + tokens);
+  }
   return { dtype: rows[0].dtype, shape: [1, D, 1, tokens], data: out } as Tensor;
 }
 
@@ -253,9 +266,10 @@ export class ChainStepper {
 
   /**
    * Runs n ≤ prefillTokens tokens at positions [position, position + n) through every
-   * super-block's prefill function, one call each (a short chunk is masked, never padded with
-   * tokens); the lm_head runs for the last token when `withHead`. The chunk's KV rows must fit the
-   * cache without wrapping (ring KV: rows ringRow(position) … + n − 1 below ctx; see canPrefill).
+   * super-block's prefill function, one call each (a short chunk is masked and its hidden rows
+   * padded with copies of the last one — hiddenRows — never with tokens); the lm_head runs for the
+   * last token when `withHead`. The chunk's KV rows must fit the cache without wrapping (ring KV:
+   * rows ringRow(position) … + n − 1 below ctx; see canPrefill).
    */
   async prefill(tokens: readonly number[], position: number, withHead: boolean): Promise<ChainPrefillResult> {
     const T = this.prefillTokens;

@@ -31,25 +31,17 @@ export interface Qwen35CheckpointOpenOptions {
 const FUSED_EXPERTS = /^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$/;
 
 export class Qwen35Checkpoint implements AsyncDisposable {
-  readonly dir: string;
-  readonly config: Qwen35Config;
-  readonly tensors: SafetensorsCheckpoint;
   readonly weightMap: WeightMap;
-  /** The validation report (computed on open even when validate is false). */
-  readonly report: WeightReport;
   /** True when the LM head is the embedding (no lm_head.weight, or the config ties them). */
   readonly tiedEmbeddings: boolean;
 
   private constructor(
-    dir: string,
-    config: Qwen35Config,
-    tensors: SafetensorsCheckpoint,
-    report: WeightReport,
+    readonly dir: string,
+    readonly config: Qwen35Config,
+    readonly tensors: SafetensorsCheckpoint,
+    /** The validation report (computed on open even when validate is false). */
+    readonly report: WeightReport,
   ) {
-    this.dir = dir;
-    this.config = config;
-    this.tensors = tensors;
-    this.report = report;
     this.weightMap = report.map;
     this.tiedEmbeddings = report.tied;
   }

@@ -117,31 +117,20 @@ function validateSpecs(path: string, specs: readonly TensorSpec[]): void {
 }
 
 export class SafetensorsWriter implements AsyncDisposable {
-  readonly path: string;
-  /** Tensors in layout order. */
-  readonly specs: readonly TensorSpec[];
   /** Total file size once complete. */
   readonly fileSize: number;
-  private readonly tmpPath: string;
-  private fh: FileHandle | undefined;
-  private readonly slots: Map<string, Slot>;
-  private readonly fsync: boolean;
+  private readonly slots = new Map<string, Slot>();
   private state: "open" | "closed" | "aborted" = "open";
 
   private constructor(
-    path: string,
-    tmpPath: string,
-    fh: FileHandle,
-    specs: TensorSpec[],
+    readonly path: string,
+    private readonly tmpPath: string,
+    private fh: FileHandle | undefined,
+    /** Tensors in layout order. */
+    readonly specs: readonly TensorSpec[],
     header: Uint8Array,
-    fsync: boolean,
+    private readonly fsync: boolean,
   ) {
-    this.path = path;
-    this.tmpPath = tmpPath;
-    this.fh = fh;
-    this.specs = specs;
-    this.fsync = fsync;
-    this.slots = new Map();
     let offset = header.byteLength;
     for (const spec of specs) {
       const byteLength = specByteLength(spec);

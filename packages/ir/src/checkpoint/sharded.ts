@@ -77,28 +77,16 @@ export function parseSafetensorsIndex(text: string, file: string): SafetensorsIn
  * its shard; tensor data is read on demand.
  */
 export class SafetensorsCheckpoint implements TensorSource, AsyncDisposable {
-  /** The folder holding the files. */
-  readonly dir: string;
-  /** The index file, when the checkpoint is sharded. */
-  readonly indexFile: string | undefined;
-  /** The index's "metadata" (e.g. total_size), or {}. */
-  readonly indexMetadata: Readonly<Record<string, unknown>>;
-  private readonly files: Map<string, SafetensorsFile>;
-  private readonly where: Map<string, SafetensorsFile>;
-
   private constructor(
-    dir: string,
-    indexFile: string | undefined,
-    indexMetadata: Record<string, unknown>,
-    files: Map<string, SafetensorsFile>,
-    where: Map<string, SafetensorsFile>,
-  ) {
-    this.dir = dir;
-    this.indexFile = indexFile;
-    this.indexMetadata = indexMetadata;
-    this.files = files;
-    this.where = where;
-  }
+    /** The folder holding the files. */
+    readonly dir: string,
+    /** The index file, when the checkpoint is sharded. */
+    readonly indexFile: string | undefined,
+    /** The index's "metadata" (e.g. total_size), or {}. */
+    readonly indexMetadata: Readonly<Record<string, unknown>>,
+    private readonly files: Map<string, SafetensorsFile>,
+    private readonly where: Map<string, SafetensorsFile>,
+  ) {}
 
   /**
    * Opens a checkpoint: `path` is a folder with `model.safetensors.index.json` or
@@ -263,28 +251,17 @@ export interface ShardedWriteOptions extends SafetensorsWriteOptions {
  * written last, so an interrupted run leaves no index.
  */
 export class ShardedSafetensorsWriter implements AsyncDisposable {
-  readonly dir: string;
-  /** Shard file name -> tensor names, in shard order. */
-  readonly plan: readonly { file: string; names: readonly string[] }[];
-  private readonly writers: Map<string, SafetensorsWriter>;
-  private readonly owner: Map<string, SafetensorsWriter>;
-  private readonly totalSize: number;
-  private readonly indexMetadata: Record<string, unknown>;
+  private readonly owner = new Map<string, SafetensorsWriter>();
   private done = false;
 
   private constructor(
-    dir: string,
-    plan: { file: string; names: string[] }[],
-    writers: Map<string, SafetensorsWriter>,
-    totalSize: number,
-    indexMetadata: Record<string, unknown>,
+    readonly dir: string,
+    /** Shard file name -> tensor names, in shard order. */
+    readonly plan: readonly { file: string; names: readonly string[] }[],
+    private readonly writers: Map<string, SafetensorsWriter>,
+    private readonly totalSize: number,
+    private readonly indexMetadata: Record<string, unknown>,
   ) {
-    this.dir = dir;
-    this.plan = plan;
-    this.writers = writers;
-    this.totalSize = totalSize;
-    this.indexMetadata = indexMetadata;
-    this.owner = new Map();
     for (const { file, names } of plan) for (const n of names) this.owner.set(n, writers.get(file)!);
   }
 

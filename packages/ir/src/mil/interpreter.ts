@@ -8,7 +8,9 @@
  *          results hold fp16 values in both modes.)
  *   fp16 — emulates an fp16 datapath (the ANE): every fp16-typed op result is rounded to fp16
  *          (overflow -> inf, optionally subnormals -> 0). Ops still accumulate in fp32/fp64
- *          internally; only op outputs are rounded.
+ *          internally; only op outputs are rounded. With flushSubnormals, fp16 constants (const
+ *          ops, inline values, op defaults, constexpr results) are flushed too, as the ANE holds
+ *          them: an epsilon of 1e-6 is 0 there.
  * The first op whose output holds inf/NaN while its inputs did not is reported by name
  * ("collect", the default), raised ("throw") or not looked for ("ignore").
  * Constants and constexpr_* results are materialised once and cached per op/value identity,
@@ -283,9 +285,10 @@ interface Step {
   readonly constexpr: boolean;
 }
 
-const constCache: Record<WeightMode, WeakMap<ConstValue, RtTensor>> = {
-  packed: new WeakMap(),
-  dense: new WeakMap(),
+/** Per weight mode: constants as stored, and (fp16 with flushed subnormals) as the ANE holds them. */
+const constCache: Record<WeightMode, [WeakMap<ConstValue, RtTensor>, WeakMap<ConstValue, RtTensor>]> = {
+  packed: [new WeakMap(), new WeakMap()],
+  dense: [new WeakMap(), new WeakMap()],
 };
 /** Constexpr results per op, by precision, subnormal flushing and weight mode. */
 const constexprCache = new WeakMap<Operation, Map<string, RtTensor[]>>();
@@ -293,13 +296,46 @@ const constexprCache = new WeakMap<Operation, Map<string, RtTensor[]>>();
 /** Op result buffers, shared by every interpreter (runs are synchronous: one at a time). */
 const opBuffers = new BufferPool(256 << 20);
 
-function cachedConst(cv: ConstValue, mode: WeightMode): RtTensor {
-  let v = constCache[mode].get(cv);
+function cachedConst(cv: ConstValue, mode: WeightMode, flush = false): RtTensor {
+  const cache = constCache[mode][flush && cv.type.dtype === "fp16" ? 1 : 0];
+  let v = cache.get(cv);
   if (!v) {
-    v = mode === "packed" ? lazyConstToRt(cv) : constToRt(cv);
-    constCache[mode].set(cv, v);
+    if (cache === constCache[mode][1]) v = flushedF16(cachedConst(cv, mode));
+    else v = mode === "packed" ? lazyConstToRt(cv) : constToRt(cv);
+    cache.set(cv, v);
   }
   return v;
+}
+
+/** An fp16 constant with its subnormals flushed to zero (the same tensor when it has none). */
+function flushedF16(v: RtTensor): RtTensor {
+  const { rows, type } = v;
+  if (rows) {
+    // a table read by row: flush each read, and the whole table once when asked for
+    const cols = type.shape.slice(1).reduce((n, d) => n * d, 1);
+    let data: Float32Array | undefined;
+    return {
+      type,
+      rows: {
+        readRows(first, count, into, at = 0) {
+          rows.readRows(first, count, into, at);
+          roundF16InPlace(into.subarray(at, at + count * cols), true);
+        },
+      },
+      get data() {
+        data ??= flushCopy(v.data as Float32Array);
+        return data;
+      },
+    };
+  }
+  const d = v.data as Float32Array;
+  return d.some((x) => x !== 0 && Math.abs(x) < 2 ** -14) ? { type, data: flushCopy(d) } : v;
+}
+
+function flushCopy(d: Float32Array): Float32Array {
+  const c = d.slice();
+  roundF16InPlace(c, true); // the values are fp16 already: only the subnormals change
+  return c;
 }
 
 /** Interprets one function of a program. Construction type-checks the function. */
@@ -308,6 +344,8 @@ export class MilInterpreter {
   readonly functionName: string;
   readonly precision: Precision;
   private readonly flush: boolean;
+  /** fp16 mode with subnormals flushed: fp16 constants are flushed as well. */
+  private readonly flushF16: boolean;
   private readonly mode: NonFiniteMode;
   readonly weights: WeightMode;
   private readonly keepFp32: InterpreterOptions["keepFp32"];
@@ -337,6 +375,7 @@ export class MilInterpreter {
     }
     this.precision = opts.precision ?? "fp32";
     this.flush = opts.flushSubnormals ?? false;
+    this.flushF16 = this.precision === "fp16" && this.flush;
     this.mode = opts.onNonFinite ?? "collect";
     this.weights = opts.weights ?? "packed";
     this.keepFp32 = opts.keepFp32;
@@ -381,7 +420,10 @@ export class MilInterpreter {
     for (const [param, bindings] of Object.entries(op.inputs)) {
       infos[param] = bindings.map((b): InputInfo => {
         if (b.kind === "value")
-          return { ...constInputInfo(b.value), value: () => cachedConst(b.value, this.weights) };
+          return {
+            ...constInputInfo(b.value),
+            value: () => cachedConst(b.value, this.weights, this.flushF16),
+          };
         const slot = this.slot(b.name);
         inSlots.push(slot);
         const cv = this.slotConst.get(slot);
@@ -391,7 +433,7 @@ export class MilInterpreter {
           type,
           isConst: cv !== undefined || this.slotConstexpr.has(slot),
           varName: b.name,
-          value: cv ? () => cachedConst(cv, this.weights) : () => frame.env[slot],
+          value: cv ? () => cachedConst(cv, this.weights, this.flushF16) : () => frame.env[slot],
           constValue: () => cv,
         };
       });
@@ -405,6 +447,14 @@ export class MilInterpreter {
       const r = resolveOp(def, loc, infos);
       outTypes = r.outputs;
       args = r.args;
+      const defaults = Object.entries(r.defaults);
+      if (this.flushF16 && defaults.length) {
+        // an op's defaults are constants too (fp16 ones flushed)
+        const inputs = { ...args.inputs };
+        for (const [param, cv] of defaults)
+          inputs[param] = [{ ...constInputInfo(cv), value: () => cachedConst(cv, this.weights, true) }];
+        args = new OpArgs(op.type, op.name, inputs);
+      }
     }
     const outSlots = op.outputs.map((o, i) => {
       const slot = this.slot(o.name);
@@ -433,14 +483,14 @@ export class MilInterpreter {
     this.frame.env = env;
     for (const s of this.steps) {
       if (s.op.type === "const" && s.op.value) {
-        env[s.outSlots[0]] = cachedConst(s.op.value, this.weights);
+        env[s.outSlots[0]] = cachedConst(s.op.value, this.weights, this.flushF16);
       } else if (s.constexpr) {
         let cached = constexprCache.get(s.op);
         if (!cached) {
           cached = new Map();
           constexprCache.set(s.op, cached);
         }
-        const flush = this.precision === "fp16" && this.flush;
+        const flush = this.flushF16;
         const key = `${this.precision}${flush ? "+flush" : ""}:${this.weights}`;
         let results = cached.get(key);
         if (!results) {

@@ -165,6 +165,33 @@ describe("MilInterpreter", () => {
     expect(y16).toBe(f16BitsToF32(f32ToF16Bits(y32)));
   });
 
+  it("fp16 mode with flushed subnormals flushes fp16 constants as the ANE holds them: ε = 1e-6 is 0", () => {
+    // a zero row through x·rsqrt(Σx² + ε) and layer_norm(x, ε): ε = 1e-6 is an fp16 subnormal
+    const b = new MilBuilder();
+    const x = b.input("x", f16([1, 4]));
+    const eps = { data: [1e-6], dtype: "fp16" as const, shape: [] };
+    const ss = b.reduceSumSquare({ x, axes: [-1], keepDims: true });
+    b.output("l2", b.mul({ x, y: b.rsqrt({ x: ss, epsilon: eps }) }));
+    b.output("ln", b.layerNorm({ x, axes: [1], epsilon: eps }));
+    const sub = b.const(Float32Array.of(1e-6, 2 ** -14, -3e-7, 0.5), "fp16", [1, 4], { name: "sub" });
+    b.output("c", b.add({ x, y: sub }));
+    const zero = { x: f32t([1, 4], [0, 0, 0, 0]) };
+    const kept = interpret(b.program(), zero, { precision: "fp16", outputs: "fp32" });
+    expect(kept.nonFinite).toEqual([]);
+    const flushed = interpret(b.program(), zero, {
+      precision: "fp16",
+      flushSubnormals: true,
+      outputs: "fp32",
+    });
+    expect([...(flushed.outputs.l2.data as Float32Array)].every(Number.isNaN)).toBe(true);
+    expect([...(flushed.outputs.ln.data as Float32Array)].every(Number.isNaN)).toBe(true);
+    expect(flushed.firstNonFinite?.opType).toBe("rsqrt");
+    // a const op's subnormals are flushed, its normal values kept; fp32 mode keeps the stored values
+    expect([...(flushed.outputs.c.data as Float32Array)]).toEqual([0, 2 ** -14, 0, 0.5]);
+    const stored = interpret(b.program(), zero, { outputs: "fp32" }).outputs.c.data as Float32Array;
+    expect(stored[0]).toBe(f16BitsToF32(f32ToF16Bits(1e-6)));
+  });
+
   it("decompresses constexpr weights and loads blobs once, cached across runs and interpreters", () => {
     let loads = 0;
     const b = new MilBuilder();

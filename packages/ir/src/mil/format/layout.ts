@@ -17,7 +17,8 @@ import {
   WEIGHTS_DIR_NAME,
 } from "./manifest.js";
 
-async function exists(path: string): Promise<boolean> {
+/** True when something (a file, folder or link) is at `path`. */
+export async function exists(path: string): Promise<boolean> {
   try {
     await lstat(path);
     return true;

@@ -20,7 +20,7 @@ import { BlobReader, BlobWriter, DEFAULT_BLOB_FILE_NAME, readBlob, readBlobBytes
 import { checkDescription } from "./description.js";
 import { checkConstData } from "./elements.js";
 import { MilFormatError, MlPackageError } from "./errors.js";
-import { locateMlPackage, type MlPackageLayout } from "./layout.js";
+import { exists, locateMlPackage, type MlPackageLayout } from "./layout.js";
 import {
   COREML_AUTHOR,
   createManifest,
@@ -38,15 +38,6 @@ import { type BlobAccess, type BlobConstValue, modelFromProto, modelToProto } fr
 export { digestMlPackage, locateMlPackage, type MlPackageLayout } from "./layout.js";
 
 const MODEL_PATH_PREFIX = "@model_path/";
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await lstat(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 function requirePackagePath(path: string): string {
   if (!path.endsWith(".mlpackage")) {
