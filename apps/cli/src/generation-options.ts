@@ -70,9 +70,12 @@ export function samplingFrom(o: Record<string, unknown>): SamplingOptions {
 }
 
 export function statsLine(s: GenerationStats, finish: string): string {
+  const spec = s.speculative
+    ? ` · mtp ${(100 * s.speculative.acceptanceRate).toFixed(0)} % accepted, ${s.speculative.tokensPerCall.toFixed(2)} tok/call`
+    : "";
   return (
     `prompt ${s.promptTokens} tok · prefill ${s.prefillTokensPerSecond.toFixed(1)} tok/s · ` +
-    `ttft ${s.timeToFirstTokenMs.toFixed(0)} ms · decode ${s.decodeTokensPerSecond.toFixed(2)} tok/s · ` +
+    `ttft ${s.timeToFirstTokenMs.toFixed(0)} ms · decode ${s.decodeTokensPerSecond.toFixed(2)} tok/s${spec} · ` +
     `${s.generatedTokens} tokens · ${finish} · ${memoryLine()}`
   );
 }
@@ -139,6 +142,8 @@ export async function streamReply(
     maxTokens: o.maxTokens as number,
     sampling: samplingFrom(o),
     stop: o.stop as string[] | undefined,
+    speculative: o.speculative as "mtp" | undefined,
+    gamma: o.gamma as number | undefined,
   });
   for await (const chunk of gen) {
     waiting.done();

@@ -25,6 +25,9 @@ export interface ModelOptions {
   ctx?: number;
   dtype?: "float32" | "bfloat16" | "float16";
   bits?: 4 | 8;
+  recheck?: boolean;
+  speculative?: "mtp";
+  gamma?: number;
 }
 
 export function addModelOptions(cmd: Command): Command {
@@ -62,6 +65,10 @@ export function addModelOptions(cmd: Command): Command {
       "--drop-prefill",
       "converted chains: unload the prefill functions once a prompt is in (less memory while generating; each next prompt loads them again)",
     )
+    .option(
+      "--recheck",
+      "converted chains on Core ML: check the prefill function again (placement by MLComputePlan, one call timed against T decode steps) instead of using the verdict recorded beside the model",
+    )
     .option("--tokenizer <dir>", "folder with tokenizer.json, if not the model's own (relative to here)")
     .option("--ctx <n>", "mlx backend: most tokens per sequence (default: the checkpoint's)", int("--ctx", 1))
     .option(
@@ -73,7 +80,13 @@ export function addModelOptions(cmd: Command): Command {
       "--bits <n>",
       "mlx backend: quantize the weights to 4 or 8 bits at load (a 9B needs ~18 GB in bfloat16, ~5 GB at 4 bits)",
       (v: string) => (choice("--bits", ["4", "8"] as const)(v) === "4" ? 4 : 8),
-    );
+    )
+    .option(
+      "--speculative <draft>",
+      "speculative decoding: mtp drafts with the model's own multi-token-prediction head and verifies the drafts in one call (greedy output unchanged, sampling keeps the distribution)",
+      choice("--speculative", ["mtp"] as const),
+    )
+    .option("--gamma <n>", "--speculative: draft tokens per round (default 2)", int("--gamma", 1));
 }
 
 /** The command line's model options as loadModel options. */
@@ -89,7 +102,20 @@ export function loadOptions(o: ModelOptions, notice: (s: string) => void): LoadM
     contextLength: o.ctx,
     dtype: o.dtype,
     bits: o.bits,
+    ...(o.recheck ? { prefillCheck: "recheck" as const } : {}),
+    speculative: o.speculative,
+    gamma: o.gamma,
     onProgress: (e) => {
+      if (e.stage === "notice") notice(e.message);
+      if (e.stage === "prefill-check") {
+        const r = e.result;
+        if (r.source === "checked") {
+          notice(`prefill check: ${r.reason}`);
+          for (const w of r.warnings) notice(`prefill check: ${w}`);
+        } else if (!r.keep) {
+          notice(`prefill check (recorded ${r.checkedAt}, --recheck to measure again): ${r.reason}`);
+        }
+      }
       if (e.stage === "compile" && e.state === "start")
         notice(`compiling ${e.component} for Core ML (the first ANE compile can take minutes)…`);
       if (e.stage === "verify") notice(`checking ${e.component} against model.json's sha256 (once)…`);

@@ -6,7 +6,7 @@
 import { z } from "zod";
 
 export const SELFTEST_SCHEMA = "anemll-qwen35.selftest";
-export const SELFTEST_SCHEMA_VERSION = 1;
+export const SELFTEST_SCHEMA_VERSION = 2;
 
 const nonneg = z.number().nonnegative();
 
@@ -66,6 +66,8 @@ export const SelftestReportSchema = z.object({
     release: z.string(),
     macos: z.string().optional(),
     chip: z.string().optional(),
+    /** What MLAllComputeDevices says (macOS 14+): virtual Macs have no Neural Engine. */
+    neuralEngine: z.object({ present: z.boolean(), cores: z.number().int().optional() }).optional(),
     cpus: z.number().int(),
     memoryBytes: nonneg,
     node: z.string(),
@@ -125,6 +127,12 @@ export function formatSelftest(r: SelftestReport): string {
     "",
     `Model: ${r.model.source}, ctx ${r.model.ctx}; ${r.model.promptTokens} prompt tokens + ${r.model.decodeSteps} decode steps, compared with the reference backend (fp32) step by step.`,
     "",
+    ...(p.neuralEngine?.present === false
+      ? [
+          "**No Neural Engine: Core ML sees none on this Mac (a virtual Mac?), so every Core ML step ran on the CPU or GPU.**",
+          "",
+        ]
+      : []),
     `**${r.totals.ok} ok, ${r.totals.failed} failed, ${r.totals.skipped} skipped**`,
     "",
     "| step | status | detail |",

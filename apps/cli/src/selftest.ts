@@ -12,12 +12,32 @@ import { release, tmpdir } from "node:os";
 import { join } from "node:path";
 import { describeMachine } from "@anemll-qwen35/bench";
 import { convert } from "@anemll-qwen35/converter";
-import { type ComputeUnits, coreMLAvailability, loadCoreMLAddon } from "@anemll-qwen35/coreml";
+import {
+  type ComputeUnits,
+  type CoreMLComputeDevice,
+  computeDevices,
+  coreMLAvailability,
+  loadCoreMLAddon,
+} from "@anemll-qwen35/coreml";
 import { type CostReport, costplan } from "@anemll-qwen35/costplan";
-import { loadTokenizer, type StepOutput } from "@anemll-qwen35/generate";
+import { loadTokenizer } from "@anemll-qwen35/generate";
 import { argmax, cosine, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
 import { loadModel } from "@anemll-qwen35/models";
 import type { Backend } from "@anemll-qwen35/runtime-ane";
+import {
+  DECODE_CONTEXTS,
+  decodeAtContexts,
+  FIRST_RUN_PROMPT_TOKENS,
+  type FirstRunBackend,
+  kvReadback,
+  logitsOf,
+  MIN_COSINE,
+  median,
+  memoryCheck,
+  prefillVerdict,
+  promptCheck,
+  promptOf,
+} from "./selftest-first-run.js";
 import {
   type RunDetails,
   SELFTEST_SCHEMA,
@@ -43,8 +63,6 @@ export interface SelftestOptions {
 const CTX = 128;
 /** Raw text, continued (the bundled model was trained on the King James Bible). */
 const PROMPT = "In the beginning God created the heaven and the earth. And God said,";
-/** Below this a backend's logits are not the reference's program any more, only its neighbour. */
-const MIN_COSINE = 0.99;
 
 type Kv = "io" | "mlstate";
 
@@ -52,13 +70,6 @@ interface Trace {
   readonly logits: Float32Array[];
   readonly tokens: number[];
 }
-
-const logitsOf = (o: StepOutput): Float32Array => {
-  if (!("logits" in o)) throw new Error("the lm_head returned no logits");
-  return o.logits;
-};
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 
 /**
  * The prompt and `steps` decode steps on one backend. Decode step i feeds `forced[i]` (the
@@ -247,6 +258,38 @@ export async function runSelftest(o: SelftestOptions): Promise<SelftestReport> {
   let macos: string | undefined;
   if (plan.available) macos = loadCoreMLAddon("computePlan").macosVersion();
 
+  const devicesAvailable = coreMLAvailability("devices");
+  let neuralEngine: SelftestReport["platform"]["neuralEngine"];
+  if (!devicesAvailable.available) {
+    skip(
+      "devices",
+      "compute devices Core ML sees (MLAllComputeDevices)",
+      devicesAvailable.reason ?? "unavailable",
+    );
+  } else {
+    await step("devices", "compute devices Core ML sees (MLAllComputeDevices)", async () => {
+      const ds: CoreMLComputeDevice[] = await computeDevices();
+      const ane = ds.find((d) => d.kind === "neuralEngine");
+      neuralEngine = { present: ane !== undefined, ...(ane ? { cores: ane.totalCoreCount } : {}) };
+      const names = ds.map((d) =>
+        d.kind === "neuralEngine"
+          ? `Neural Engine (${d.totalCoreCount} cores)`
+          : d.kind === "gpu"
+            ? `GPU ${d.name ?? ""}`.trim()
+            : d.kind.toUpperCase(),
+      );
+      return {
+        value: true,
+        details: {
+          summary: ane
+            ? names.join(", ")
+            : `NO Neural Engine (${names.join(", ")}): a virtual Mac? Core ML runs every op on the CPU or GPU here, so the ANE results below are not the ANE's`,
+          devices: ds,
+        },
+      };
+    });
+  }
+
   const work = await mkdtemp(join(tmpdir(), "anemll-qwen35-selftest-"));
   let promptTokens = 0;
   try {
@@ -305,9 +348,64 @@ export async function runSelftest(o: SelftestOptions): Promise<SelftestReport> {
           return { value: true, details: d, problem: verdict(d) };
         });
       }
+
+      // the first-run checks (selftest-first-run.ts): a full chunk and a short tail, on each backend
+      const long = promptOf(prompt, FIRST_RUN_PROMPT_TOKENS);
+      const pathsTitle = (b: string) =>
+        `prompt of 64 + 9 tokens: finite, prefill vs token by token (${b}, ${label})`;
+      const backends: [FirstRunBackend, string][] = [
+        ["reference-fp32", "reference fp32"],
+        ["reference-fp16", "reference fp16, subnormals flushed"],
+        ["coreml", "Core ML cpuAndNeuralEngine"],
+      ];
+      for (const [b, name] of backends) {
+        if (b === "coreml" && !predict.available)
+          skip(`prompt:${kv}:${b}`, pathsTitle(name), predict.reason ?? "");
+        else await step(`prompt:${kv}:${b}`, pathsTitle(name), () => promptCheck(dir, b, long));
+      }
+      const macSteps: [
+        string,
+        string,
+        () => Promise<{ value: true; details: Record<string, unknown>; problem?: string }>,
+      ][] = [
+        [
+          `prefill-check:${kv}`,
+          `prefill check: placement and speed of the prefill function (${label})`,
+          () => prefillVerdict(dir),
+        ],
+        [
+          `memory:${kv}`,
+          `phys_footprint with the decode function vs decode and prefill (${label})`,
+          () => memoryCheck(dir),
+        ],
+        [
+          `kv-readback:${kv}`,
+          `state read back from Core ML vs the reference after 64 + 9 tokens (${label})`,
+          () => kvReadback(dir, long),
+        ],
+      ];
+      for (const [id, title, fn] of macSteps) {
+        if (!predict.available || !plan.available)
+          skip(id, title, (predict.available ? plan.reason : predict.reason) ?? "");
+        else await step(id, title, fn);
+      }
     }
 
     const chains = Object.entries(dirs) as [Kv, string][];
+    // io against mlstate decode at long contexts: Core ML's timing on a Mac, the reference's parity elsewhere
+    const ctxBackend: FirstRunBackend = predict.available ? "coreml" : "reference-fp16";
+    const contextsTitle = `io vs mlstate decode at ctx ${DECODE_CONTEXTS.join(" and ")}`;
+    if (chains.length === 0) skip("decode:contexts", contextsTitle, "no conversion succeeded");
+    else
+      await step(
+        "decode:contexts",
+        `${contextsTitle} (${predict.available ? "Core ML cpuAndNeuralEngine" : "reference fp16: parity only, its timing is not the ANE's"})`,
+        async () => {
+          const tokenizer = await loadTokenizer(chains[0][1]);
+          return decodeAtContexts(o.model, work, ctxBackend, tokenizer.encode(PROMPT), decodeSteps);
+        },
+      );
+
     if (chains.length === 0) {
       skip("placement:static", "placement by the static rule table", "no conversion succeeded");
     } else {
@@ -418,6 +516,7 @@ export async function runSelftest(o: SelftestOptions): Promise<SelftestReport> {
       release: release(),
       ...(macos ? { macos } : {}),
       ...(machine.chip ? { chip: machine.chip } : {}),
+      ...(neuralEngine ? { neuralEngine } : {}),
       cpus: machine.cpu.cores,
       memoryBytes: machine.memoryBytes,
       node: process.version,

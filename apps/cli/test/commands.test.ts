@@ -245,4 +245,39 @@ describe("run --backend mlx", () => {
     },
     timeLimit(120_000),
   );
+
+  it(
+    "--speculative mtp [--gamma N]: the same greedy text, the acceptance in the stats; refused without a head",
+    async (ctx) => {
+      if (!(await mlxOrSkip(ctx))) return;
+      const trained = resolve(FIXTURE, "../tiny-trained");
+      const args = [
+        "run",
+        trained,
+        "And",
+        "Ruth",
+        "said",
+        "--raw",
+        "--dtype",
+        "float32",
+        "--max-tokens",
+        "16",
+      ];
+      const plain = await cli("--json", ...args);
+      const spec = await cli("--json", ...args, "--speculative", "mtp", "--gamma", "3");
+      expect(spec.code, spec.stderr).toBe(0);
+      const [p, s] = [JSON.parse(plain.stdout), JSON.parse(spec.stdout)];
+      expect(s.tokenIds).toEqual(p.tokenIds);
+      expect(s.stats.speculative.calls).toBeGreaterThan(0);
+      expect(p.stats.speculative).toBeUndefined();
+      const line = await cli(...args, "--speculative", "mtp");
+      expect(line.stderr).toMatch(/mtp \d+ % accepted, \d+\.\d\d tok\/call/);
+      const refused = await cli("run", FIXTURE, "Hi!", "--speculative", "mtp");
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toMatch(/multi-token-prediction head/);
+      const bad = await cli("run", trained, "Hi!", "--speculative", "eagle");
+      expect(bad.code).toBe(2);
+    },
+    timeLimit(180_000),
+  );
 });

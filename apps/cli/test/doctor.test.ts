@@ -19,6 +19,18 @@ describe("doctor", () => {
       expect(coreml).toMatchObject({ available: false, detail: expect.stringMatching(/macOS 15/) });
   });
 
+  it("says whether Core ML sees a Neural Engine, and plainly when it cannot tell", async () => {
+    const doc = JSON.parse((await cli("--json", "doctor")).stdout);
+    const text = (await cli("doctor")).stdout;
+    if (process.platform === "darwin") {
+      expect(typeof doc.neuralEngine.present).toBe("boolean");
+      if (doc.neuralEngine.present === false) expect(text).toMatch(/neural engine\s+none: .*virtual Mac/);
+    } else {
+      expect(doc.neuralEngine).toEqual({ present: null, detail: expect.stringMatching(/macOS 14/) });
+      expect(text).toMatch(/neural engine\s+unknown: MLAllComputeDevices needs macOS 14/);
+    }
+  });
+
   it("exits 2 on an unknown command", async () => {
     const r = await cli("frobnicate");
     expect(r.code).toBe(2);

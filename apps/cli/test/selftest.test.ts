@@ -51,6 +51,48 @@ describe("doctor --selftest", () => {
           else expect(s).toMatchObject({ status: "skipped", reason: predict.reason });
         }
       }
+      // the first-run checks: a 64 + 9 token prompt through both paths, finite, within rounding
+      for (const kv of ["io", "mlstate"] as const) {
+        for (const b of ["reference-fp32", "reference-fp16"]) {
+          const s = byId.get(`prompt:${kv}:${b}`);
+          expect(s?.status, s?.reason).toBe("ok");
+          expect(s?.details).toMatchObject({
+            promptTokens: 73,
+            prefillTokens: 64,
+            finite: { prefill: true, tokenByToken: true },
+          });
+          expect(s?.details?.minCosine as number).toBeGreaterThan(0.999);
+          // fp32: the chunked WY form and the recurrence agree to rounding
+          if (b === "reference-fp32") expect(s?.details?.maxAbsDiff as number).toBeLessThan(1e-2);
+        }
+        const macOnly = [`prompt:${kv}:coreml`, `prefill-check:${kv}`, `memory:${kv}`, `kv-readback:${kv}`];
+        for (const id of macOnly) {
+          const s = byId.get(id);
+          if (predict.available && plan.available) expect(s?.status, s?.reason).toBe("ok");
+          else expect(s?.status).toBe("skipped");
+          if (!predict.available) expect(s?.reason).toBe(predict.reason);
+        }
+      }
+      const contexts = byId.get("decode:contexts");
+      expect(contexts?.status, contexts?.reason).toBe("ok");
+      const rows = contexts?.details?.contexts as { ctx: number; maxAbsDiff: number; ioMs: number }[];
+      expect(rows.map((r) => r.ctx)).toEqual([1024, 4096]);
+      for (const r of rows) {
+        expect(r.maxAbsDiff).toBeLessThan(1e-2); // io and mlstate KV: the same program
+        expect(r.ioMs).toBeGreaterThan(0);
+      }
+      const devices = byId.get("devices");
+      if (coreMLAvailability("devices").available) {
+        expect(devices?.status).toBe("ok");
+        expect(report.platform.neuralEngine).toBeDefined();
+      } else {
+        expect(devices).toMatchObject({ status: "skipped", reason: coreMLAvailability("devices").reason });
+        expect(report.platform.neuralEngine).toBeUndefined();
+      }
+      // a Mac without a Neural Engine says so at the top of the summary
+      const virtual = { ...report, platform: { ...report.platform, neuralEngine: { present: false } } };
+      expect(formatSelftest(virtual)).toMatch(/\*\*No Neural Engine: Core ML sees none on this Mac/);
+      expect(formatSelftest(report)).not.toMatch(/No Neural Engine/);
       expect(byId.get("placement:static")?.status).toBe("ok");
       expect(byId.get("placement:static")?.details?.chains).toHaveLength(2);
       for (const id of ["placement:mlcomputeplan", "timing:measured"]) {

@@ -71,7 +71,7 @@ export function fixtureDir(name: string): string {
   return hit;
 }
 
-export function fixtureModel(name: "tiny-tied" | "tiny-gqa" | "tiny-moe"): ModelSpec {
+export function fixtureModel(name: "tiny-tied" | "tiny-gqa" | "tiny-moe" | "tiny-trained"): ModelSpec {
   return { name, weights: "fixture (seeded random weights)", checkpoint: async () => fixtureDir(name) };
 }
 

@@ -37,6 +37,8 @@ export interface RunScenarioOptions {
   ane?: AneBackendChoice;
   /** Leave the MLX side out. */
   noMlx?: boolean;
+  /** speculative: "model" (a separate draft model, default) or "mtp" (the model's own MTP head). */
+  draft?: "model" | "mtp";
   /** Skip the charts (JSON only). */
   noCharts?: boolean;
   onLog?: (line: string) => void;
@@ -63,6 +65,7 @@ export function reproduceCommand(name: ScenarioName, o: RunScenarioOptions): str
   if (o.seconds) parts.push("--seconds", String(o.seconds));
   if (o.ane && o.ane !== "auto") parts.push("--ane", o.ane);
   if (o.noMlx) parts.push("--no-mlx");
+  if (o.draft && o.draft !== "model") parts.push("--draft", o.draft);
   return parts.join(" ");
 }
 
@@ -83,6 +86,9 @@ export async function runScenario(name: string, o: RunScenarioOptions = {}): Pro
   if (o.seconds !== undefined && !(o.seconds > 0)) {
     throw new BenchOptionError("--seconds", `must be a positive number, got ${o.seconds}`);
   }
+  if (o.draft !== undefined && o.draft !== "model" && o.draft !== "mtp") {
+    throw new BenchOptionError("--draft", `must be model or mtp, got "${o.draft}"`);
+  }
   const scenario = scenarios[name];
   const log = o.onLog ?? (() => {});
   const startedAt = new Date().toISOString();
@@ -90,7 +96,7 @@ export async function runScenario(name: string, o: RunScenarioOptions = {}): Pro
   log(`${name} (${scale}): preparing the models (a first full-scale run converts them: minutes)…`);
   const params = scaleParams(scale, { model: o.model, tokens: o.tokens, seconds: o.seconds });
   const out = await scenario.run(
-    { params, ane: o.ane ?? "auto", noMlx: o.noMlx ?? false, log, signal: o.signal },
+    { params, ane: o.ane ?? "auto", noMlx: o.noMlx ?? false, draft: o.draft, log, signal: o.signal },
     params,
   );
   const result: BenchResult = {

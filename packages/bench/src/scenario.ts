@@ -14,6 +14,8 @@ export interface ScenarioContext {
   readonly ane: AneBackendChoice;
   /** Skip the MLX side (e.g. --no-mlx). */
   readonly noMlx: boolean;
+  /** speculative: a separate draft model ("model", default) or the model's own MTP head ("mtp"). */
+  readonly draft?: "model" | "mtp";
   readonly log: (line: string) => void;
   readonly signal?: AbortSignal;
 }

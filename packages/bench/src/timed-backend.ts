@@ -35,6 +35,7 @@ export function timedBackend(inner: Backend, timer: ComponentTimer): Backend {
   return {
     name: inner.name,
     transfers: () => inner.transfers(),
+    functionCheck: inner.functionCheck, // the prefill check sees the packages, not the timer
     async load(packagePath, options): Promise<LoadedComponent> {
       const t0 = performance.now();
       const loaded = await inner.load(packagePath, options);

@@ -332,6 +332,28 @@ describe.sequential("bench scenarios at smoke scale", () => {
     expectCharts(r, 2);
   });
 
+  it("speculative --draft mtp: the MTP head's acceptance per γ on held-out text, outputs equal to plain", async () => {
+    const r = await runScenario("speculative", { scale: "smoke", out, draft: "mtp" });
+    expect(r.result.command).toContain("--draft mtp");
+    if (r.result.status === "skipped") {
+      expect(r.result.skipped[0].reason).toMatch(/mlx/i); // no MLX here
+      return;
+    }
+    const run = r.result.runs.find((x) => x.config.role === "mtp")!;
+    const m = (name: string) => run.metrics.find((x) => x.name === name)!.summary;
+    for (const g of [1, 2, 3, 4]) {
+      const rate = m(`acceptance_rate_gamma${g}`).median;
+      expect(rate).toBeGreaterThan(0.1); // a trained head: far above chance (1/993)
+      expect(rate).toBeLessThanOrEqual(1);
+      expect(m(`tokens_per_call_gamma${g}`).median).toBeCloseTo(1 + m(`mean_accepted_gamma${g}`).median, 9);
+      expect(m(`same_tokens_gamma${g}`).min).toBe(1);
+    }
+    // deeper drafts are accepted less often per token, but give more tokens per call
+    expect(m("acceptance_rate_gamma4").median).toBeLessThan(m("acceptance_rate_gamma1").median);
+    expect(m("mean_accepted_gamma4").median).toBeGreaterThan(m("mean_accepted_gamma1").median);
+    expectCharts(r.result, 2);
+  });
+
   it("power: skipped with the reason off macOS-as-root", async () => {
     const r = await smoke("power");
     if (process.platform !== "darwin") {

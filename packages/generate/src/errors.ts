@@ -74,3 +74,13 @@ export class GrammarError extends AnemllError {
     super("E_GRAMMAR", message, options);
   }
 }
+
+/**
+ * `speculative: "mtp"` asked of a model that cannot speculate: no MTP head in the conversion or
+ * checkpoint, or a head that returns only its top-1 token while the sampling needs its logits.
+ */
+export class SpeculativeUnsupportedError extends AnemllError {
+  constructor(message: string) {
+    super("E_SPECULATIVE_UNSUPPORTED", message);
+  }
+}

@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import type { ChatMessage, ToolCall, ToolSpec } from "./chat-template.js";
 import { type ConstraintPlan, planConstraint, type ToolChoice } from "./constraint.js";
-import { UnsupportedSamplingError } from "./errors.js";
+import { SpeculativeUnsupportedError, UnsupportedSamplingError } from "./errors.js";
 import { applyTokenMask, compileConstraint, type TokenMatcher } from "./grammar-engine.js";
 import type { JsonSchema } from "./json-schema.js";
 import type { PromptCache } from "./prompt-cache.js";
@@ -14,6 +14,15 @@ import {
   TOOL_CALL_CLOSE,
   TOOL_CALL_OPEN,
 } from "./segmenter.js";
+import {
+  argmax,
+  canSpeculate,
+  rejectionStep,
+  type SpeculativeStats,
+  type SpeculativeStepModel,
+  speculationUnsupported,
+  speculativeStats,
+} from "./speculative.js";
 import {
   ContextOverflowError,
   canSnapshot,
@@ -65,13 +74,16 @@ export type GenerationChunk =
  *   tokenization, `reset()`, `prefill()` and one sampling step. NaN if no token was sampled.
  * - `prefillMs`: the `model.prefill()` calls, and the prompt cache's restore and snapshots, alone.
  * - `prefillTokensPerSecond`: `(promptTokens - cachedTokens) / (prefillMs / 1000)`.
- * - `decodeSteps`: `model.decode()` calls (each feeds back one sampled token; the first token comes
- *   from the prefill output, so normally `decodeSteps = generatedTokens - 1`).
- * - `decodeMs`: the sum of the `model.decode()` calls alone (no sampling or detokenization).
+ * - `decodeSteps`: generated tokens fed back to the model: `model.decode()` calls, plus the tokens
+ *   speculative rounds committed (the first token comes from the prefill output, so normally
+ *   `decodeSteps = generatedTokens - 1`).
+ * - `decodeMs`: the sum of the `model.decode()` calls alone (no sampling or detokenization); when
+ *   speculating, also the draft, verify and accept calls.
  * - `decodeTokensPerSecond`: `decodeSteps / (decodeMs / 1000)`; 0 when no decode step ran.
  * - `totalMs`: from the `generate()` call until the result is ready.
  * - `maskMs`: constrained decoding: computing and applying the token masks (0 without a constraint);
  *   compiling the constraint is in `timeToFirstTokenMs`, not here.
+ * - `speculative`: only with `speculative: "mtp"`: drafted and accepted tokens, verify calls.
  */
 export interface GenerationStats {
   promptTokens: number;
@@ -85,6 +97,7 @@ export interface GenerationStats {
   decodeTokensPerSecond: number;
   totalMs: number;
   maskMs: number;
+  speculative?: SpeculativeStats;
 }
 
 export interface GenerationResult {
@@ -175,6 +188,15 @@ export interface GenerateOptions {
    * the constraint takes it as written. Only read when something is constrained.
    */
   answerPrefix?: string;
+  /**
+   * `"mtp"`: speculative decoding with the model's own multi-token-prediction head (a
+   * SpeculativeStepModel): the head drafts `gamma` tokens, the model scores them in one call, and
+   * the standard rule accepts a prefix, so greedy output is identical to plain decoding and sampled
+   * output keeps the model's distribution. SpeculativeUnsupportedError when the model has no head.
+   */
+  speculative?: "mtp";
+  /** Draft tokens per round with `speculative` (1 ≤ gamma ≤ the model's maxDraftTokens); default 2 (or fewer when k is). */
+  gamma?: number;
 }
 
 /**
@@ -190,7 +212,7 @@ export interface Generation extends AsyncIterable<GenerationChunk>, PromiseLike<
  * stop string, `maxTokens`, a full context or abort. Starts immediately. Rejects with
  * `ContextOverflowError` when the prompt does not fit the model's context, `InvalidArgumentError`
  * for bad options, `UnsupportedSamplingError` when an argmax-only model meets non-greedy sampling,
- * and with whatever the model throws (other than an abort).
+ * `SpeculativeUnsupportedError` for `speculative: "mtp"` on a model without an MTP head, and with whatever the model throws (other than an abort).
  */
 export function generate(model: StepModel, tokenizer: Tokenizer, options: GenerateOptions): Generation {
   return new GenerationImpl(model, tokenizer, options);
@@ -291,6 +313,7 @@ class GenerationImpl implements Generation {
     if (model.outputKind === "top1") sampler.assertTop1Compatible();
     const constraint = planConstraint(o);
     if (constraint && model.outputKind === "top1") throw topOneCannotBeMasked();
+    const spec = o.speculative === undefined ? undefined : speculation(model, o);
     const eosTokenIds = [...tokenizer.eosTokenIds, ...(o.eosTokenIds ?? [])];
     const rules = new StopRules({
       eosTokenIds,
@@ -374,16 +397,17 @@ class GenerationImpl implements Generation {
         cachedTokens = prefilled.cachedTokens;
         prefillMs = performance.now() - tp;
 
-        for (;;) {
-          let row = out;
-          if (masking && grammar) {
-            if (!("logits" in out)) throw topOneCannotBeMasked();
-            const tm = performance.now();
-            masked = applyTokenMask(out.logits, await grammar.mask(), masked);
-            row = { logits: masked };
-            maskMs += performance.now() - tm;
-          }
-          const id = sampler.pick(row, history, tokenizer.vocabSize);
+        // The row a token is chosen from: the logits masked by the constraint when it applies.
+        const constrained = async (row: StepOutput): Promise<StepOutput> => {
+          if (!masking || !grammar) return row;
+          if (!("logits" in row)) throw topOneCannotBeMasked();
+          const tm = performance.now();
+          masked = applyTokenMask(row.logits, await grammar.mask(), masked);
+          maskMs += performance.now() - tm;
+          return { logits: masked };
+        };
+        // One chosen token through the grammar, the stop rules and the output; true: generation ends.
+        const take = (id: number): boolean => {
           if (masking && grammar && !grammar.accept(id)) {
             throw new Error(`constrained decoding: the grammar refused token ${id} its own mask allowed`);
           }
@@ -391,7 +415,7 @@ class GenerationImpl implements Generation {
           if (sampledTokens === 1) timeToFirstTokenMs = performance.now() - this.t0;
           if (rules.isEos(id)) {
             detail = { type: "eos", tokenId: id };
-            break;
+            return true;
           }
           generated.push(id);
           history.push(id);
@@ -406,25 +430,115 @@ class GenerationImpl implements Generation {
             const m = feedText(piece);
             if (m.stopped) {
               detail = { type: "stop_string", stopString: m.stopString ?? "" };
-              break;
+              return true;
             }
           }
           if (rules.reachedMaxTokens(sampledTokens)) {
             detail = { type: "max_tokens" };
-            break;
+            return true;
           }
           if (signal.aborted) {
             detail = { type: "abort" };
-            break;
+            return true;
           }
-          if (promptIds.length + decodeSteps >= model.contextLength) {
+          return false;
+        };
+
+        // A token already chosen for the next turn: the replacement a rejected draft leaves.
+        let chosen: number | undefined;
+        for (;;) {
+          const id = chosen ?? sampler.pick(await constrained(out), history, tokenizer.vocabSize);
+          chosen = undefined;
+          if (take(id)) break;
+          const consumed = promptIds.length + decodeSteps;
+          if (consumed >= model.contextLength) {
             detail = { type: "context_full" };
             break;
           }
           const td = performance.now();
-          out = await model.decode(id, { signal });
+          // Drafts that fit the context and, with their bonus token, the tokens still allowed.
+          const gamma = spec
+            ? Math.min(
+                spec.gamma,
+                model.contextLength - consumed - 1,
+                (o.maxTokens ?? Infinity) - sampledTokens - 1,
+              )
+            : 0;
+          if (gamma < 1) {
+            out = await model.decode(id, { signal });
+            decodeMs += performance.now() - td;
+            decodeSteps++;
+            continue;
+          }
+
+          // A speculative round: draft, verify [id, ...drafts] in one call, accept a prefix.
+          const sm = spec!.model;
+          const greedy = sampler.isGreedy;
+          const mask0 = masking && grammar ? await grammar.mask() : undefined;
+          const draftHistory = sampler.usesPenalties ? history.slice(-sampler.options.penaltyLastN) : [];
+          const qs: Float64Array[] = [];
+          const pick = (d: StepOutput, i: number): number => {
+            if (!("logits" in d)) {
+              if (!greedy) throw topOneDraftCannotSample();
+              draftHistory.push(d.top1.id);
+              return d.top1.id;
+            }
+            // Only the first draft sees the constraint (its mask is known now); later drafts are
+            // unmasked guesses, which the rule below still checks against the masked target.
+            const logits = i === 0 && mask0 ? applyTokenMask(d.logits, mask0) : d.logits;
+            let x: number;
+            if (greedy) x = sampler.pick({ logits }, draftHistory, tokenizer.vocabSize);
+            else {
+              const q = sampler.distribution(logits, draftHistory, tokenizer.vocabSize);
+              qs[i] = q;
+              x = sampler.drawFrom(q, argmax(q));
+            }
+            draftHistory.push(x);
+            return x;
+          };
+          const drafts = (await sm.draft(id, gamma, pick, { signal })).ids;
+          const rows = await sm.verify([id, ...drafts], { signal });
+          if (drafts.length < 1 || drafts.length > gamma || rows.length !== drafts.length + 1) {
+            throw new Error(
+              `speculative: the model drafted ${drafts.length} of ${gamma} tokens and verified ${rows.length} rows of ${drafts.length + 1}`,
+            );
+          }
           decodeMs += performance.now() - td;
-          decodeSteps++;
+          spec!.calls++;
+          spec!.drafted += drafts.length;
+
+          let accepted = 0;
+          let ended = false;
+          for (let j = 0; j < drafts.length; j++) {
+            const row = await constrained(rows[j]);
+            if (greedy) {
+              const t = sampler.pick(row, history, tokenizer.vocabSize);
+              if (t !== drafts[j]) {
+                chosen = t;
+                break;
+              }
+            } else {
+              if (!("logits" in row)) throw topOneDraftCannotSample();
+              const p = sampler.distribution(row.logits, history, tokenizer.vocabSize);
+              const r = rejectionStep(sampler, p, qs[j], drafts[j]);
+              if (!r.accepted) {
+                chosen = r.id;
+                break;
+              }
+            }
+            accepted++;
+            if (take(drafts[j])) {
+              ended = true;
+              break;
+            }
+          }
+          const ta = performance.now();
+          await sm.accept(1 + accepted, { signal });
+          decodeMs += performance.now() - ta;
+          decodeSteps += 1 + accepted;
+          spec!.accepted += accepted;
+          if (ended) break;
+          if (chosen === undefined) out = rows[drafts.length]; // all accepted: the bonus row
         }
       }
     } catch (err) {
@@ -471,6 +585,7 @@ class GenerationImpl implements Generation {
         decodeTokensPerSecond: decodeMs > 0 ? decodeSteps / (decodeMs / 1000) : 0,
         totalMs,
         maskMs,
+        ...(spec ? { speculative: speculativeStats(spec.drafted, spec.accepted, spec.calls) } : {}),
       },
     };
   }
@@ -552,6 +667,40 @@ async function prefillPrompt(
 export function opensThinking(promptText: string): boolean {
   const turn = promptText.slice(Math.max(0, promptText.lastIndexOf("<|im_start|>")));
   return turn.lastIndexOf(THINK_OPEN) > turn.lastIndexOf(THINK_CLOSE);
+}
+
+/** A speculative run's model, its γ and its counters. */
+interface Speculation {
+  readonly model: SpeculativeStepModel;
+  readonly gamma: number;
+  drafted: number;
+  accepted: number;
+  calls: number;
+}
+
+/** Checks `speculative` / `gamma` against the model (typed errors) before any work is done. */
+function speculation(model: StepModel, o: GenerateOptions): Speculation {
+  if (o.speculative !== "mtp") {
+    throw new InvalidArgumentError(
+      `generate: speculative must be "mtp", got ${JSON.stringify(o.speculative)}`,
+    );
+  }
+  if (!canSpeculate(model)) throw speculationUnsupported(model);
+  const k = model.maxDraftTokens;
+  const gamma = o.gamma ?? Math.min(2, k);
+  if (!Number.isInteger(gamma) || gamma < 1 || gamma > k) {
+    throw new InvalidArgumentError(
+      `generate: gamma must be an integer from 1 to the model's maxDraftTokens (${k}), got ${o.gamma}`,
+    );
+  }
+  return { model, gamma, drafted: 0, accepted: 0, calls: 0 };
+}
+
+function topOneDraftCannotSample(): SpeculativeUnsupportedError {
+  return new SpeculativeUnsupportedError(
+    "speculative sampling needs the draft head's logits (q, for the rejection rule), but this model's " +
+      "MTP head returns only its top-1 token; decode greedily (temperature 0) or convert with a logits head",
+  );
 }
 
 function topOneCannotBeMasked(): UnsupportedSamplingError {

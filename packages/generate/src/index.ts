@@ -61,6 +61,8 @@ export {
   type StepOptions,
   type StepOutput,
 } from "./step-model.js";
+// Speculative decoding with the model's own MTP head (`speculative: "mtp"`): what a runtime implements
+export { canSpeculate, type SpeculativeStats, type SpeculativeStepModel } from "./speculative.js";
 
 // The output's parts, for callers that stream it themselves (the server): stop strings, the
 // thinking and tool-call markers, tool-call bodies
@@ -80,6 +82,7 @@ export {
   GrammarError,
   MissingTokenizerFileError,
   schemaPlace,
+  SpeculativeUnsupportedError,
   UnsupportedSamplingError,
   UnsupportedSchemaError,
 } from "./errors.js";

@@ -141,6 +141,57 @@ export class Sampler {
    * its last `penaltyLastN` entries are read. `logits` is never modified.
    */
   sample(logits: Float32Array, history: ArrayLike<number> = [], vocabSize = logits.length): number {
+    const r = this.weigh(logits, history, vocabSize);
+    if (r.w === undefined) return r.maxId;
+    const u = this.rng.next();
+    return r.cand
+      ? r.cand[drawIndex(r.w, r.cand.length, r.sum, u, 0)]
+      : drawIndex(r.w, r.n, r.sum, u, r.maxId);
+  }
+
+  /**
+   * The distribution `sample()` draws from for these logits, as probabilities over the first
+   * `vocabSize` ids (a point mass on the arg-max when greedy). For speculative decoding's rejection
+   * rule, which needs p and q themselves; draws nothing.
+   */
+  distribution(
+    logits: Float32Array,
+    history: ArrayLike<number> = [],
+    vocabSize = logits.length,
+  ): Float64Array {
+    const r = this.weigh(logits, history, vocabSize);
+    const p = new Float64Array(r.n);
+    if (r.w === undefined || !(r.sum > 0)) {
+      p[r.maxId] = 1;
+      return p;
+    }
+    const inv = 1 / r.sum;
+    if (r.cand) for (let j = 0; j < r.cand.length; j++) p[r.cand[j]] = r.w[j] * inv;
+    else for (let i = 0; i < r.n; i++) p[i] = r.w[i] * inv;
+    return p;
+  }
+
+  /** A uniform draw in [0, 1) from this sampler's seeded generator. */
+  uniform(): number {
+    return this.rng.next();
+  }
+
+  /** An id drawn in proportion to `weights` (need not sum to 1); `fallback` when they are all 0. */
+  drawFrom(weights: Float64Array, fallback: number): number {
+    let sum = 0;
+    for (let i = 0; i < weights.length; i++) sum += weights[i];
+    return drawIndex(weights, weights.length, sum, this.rng.next(), fallback);
+  }
+
+  /**
+   * The sampling pipeline up to the draw: unnormalized weights over the candidates (`cand`, or the
+   * first n ids when undefined), or no weights when greedy (the answer is `maxId`).
+   */
+  private weigh(
+    logits: Float32Array,
+    history: ArrayLike<number>,
+    vocabSize: number,
+  ): { n: number; maxId: number; w?: Float64Array; cand?: Int32Array; sum: number } {
     const n = Math.min(vocabSize, logits.length);
     if (n <= 0) throw new InvalidArgumentError("sample: logits are empty");
     const l = this.usesPenalties ? this.applyPenalties(logits, n, history) : logits;
@@ -155,7 +206,7 @@ export class Sampler {
       }
     }
     if (maxId < 0) throw new InvalidArgumentError("sample: every logit is -Infinity or NaN");
-    if (t === 0) return maxId;
+    if (t === 0) return { n, maxId, sum: 0 };
 
     const invT = 1 / t;
     // min-p keeps p_i >= minP * p_max, i.e. l_i >= max + t * ln(minP): a logit threshold, no softmax needed.
@@ -175,7 +226,7 @@ export class Sampler {
         w[i] = e;
         sum += e;
       }
-      return drawIndex(w, n, sum, this.rng.next(), maxId);
+      return { n, maxId, w, sum };
     }
 
     const w = this.weightBuffer(cand.length);
@@ -186,7 +237,7 @@ export class Sampler {
       w[j] = e;
       sum += e;
     }
-    return cand[drawIndex(w, cand.length, sum, this.rng.next(), 0)];
+    return { n, maxId, w, cand, sum };
   }
 
   /**

@@ -5,7 +5,7 @@
  */
 
 // Loading a model
-export { type BackendInfo, type LoadedModel, loadModel } from "./load.js";
+export { type BackendInfo, type LoadedModel, loadModel, speculationDefaults } from "./load.js";
 export type { LoadModelOptions, LoadProgress } from "./load-options.js";
 export { ModelLoadError } from "./errors.js";
 

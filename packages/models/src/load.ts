@@ -6,14 +6,17 @@
  */
 import { existsSync } from "node:fs";
 import { resolve as resolvePath } from "node:path";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import {
   type ChatTemplate,
+  canSpeculate,
   type GenerateOptions,
   type Generation,
   generate,
   loadTokenizer,
   MissingTokenizerFileError,
   type SamplingOptions,
+  SpeculativeUnsupportedError,
   type StepModel,
   type Tokenizer,
 } from "@anemll-qwen35/generate";
@@ -45,7 +48,9 @@ export interface LoadedModel<T extends Tokenizer | undefined = Tokenizer> extend
   /** The local folder the model was read from (an `hf:` reference resolves into the HF cache). */
   readonly dir: string;
   readonly contextLength: number;
-  /** generate() over this model and tokenizer, with `sampling` under the caller's options. */
+  /** Set when loaded with `speculative`: what every generate() of it uses unless the call says otherwise. */
+  readonly speculation?: { readonly speculative: "mtp"; readonly gamma?: number };
+  /** generate() over this model and tokenizer, with `sampling` (and `speculation`) under the caller's options. */
   generate(options: GenerateOptions): Generation;
   dispose(): Promise<void>;
 }
@@ -81,6 +86,7 @@ export async function loadModel(
         : await openTokenizer(ref, options.tokenizer ?? dir, opened.eosTokenIds);
     const sampling = withTop1Default(opened.model, await generationDefaults(dir));
     const model = opened.model;
+    const speculation = speculationDefaults(ref, model, options);
     let disposed = false;
     const dispose = async () => {
       if (disposed) return;
@@ -90,6 +96,7 @@ export async function loadModel(
     return {
       model,
       tokenizer,
+      ...(speculation.speculative ? { speculation: { ...speculation, speculative: "mtp" as const } } : {}),
       chatTemplate: tokenizer?.chatTemplateSource === undefined ? undefined : tokenizer.chatTemplate,
       sampling,
       backend: { name: backend, detail: opened.detail },
@@ -102,7 +109,11 @@ export async function loadModel(
             "this model was loaded with tokenizer: false and cannot generate text",
           );
         }
-        return generate(model, tokenizer, { ...o, sampling: { ...sampling, ...o.sampling } });
+        return generate(model, tokenizer, {
+          ...speculation,
+          ...o,
+          sampling: { ...sampling, ...o.sampling },
+        });
       },
       dispose,
       [Symbol.asyncDispose]: dispose,
@@ -122,7 +133,11 @@ async function loadChain(
     o.onProgress?.({ stage: "compile", component: e.component, state: e.stage, seconds: e.seconds });
   const raw =
     name === "coreml"
-      ? coreMLBackend({ computeUnits: o.computeUnits, onCompile })
+      ? coreMLBackend({
+          computeUnits: o.computeUnits,
+          onCompile,
+          onNotice: (message) => o.onProgress?.({ stage: "notice", message }),
+        })
       : referenceBackend({ precision: o.precision ?? "fp32" });
   const backend = o.wrapBackend ? o.wrapBackend(raw) : raw;
   const manifest = await readChainManifest(dir);
@@ -132,6 +147,7 @@ async function loadChain(
     ringSinks: o.ringSinks,
     prefillFunction: o.prefillFunction,
     dropPrefill: o.dropPrefill,
+    prefillCheck: o.prefillCheck,
     onProgress: (e) => o.onProgress?.(e),
     signal: o.signal,
   });
@@ -161,4 +177,27 @@ async function openTokenizer(
     }
     throw err;
   }
+}
+
+/** LoadModelOptions' speculative / gamma, checked against the model now rather than at the first request. */
+export function speculationDefaults(
+  ref: string,
+  model: StepModel,
+  o: { speculative?: "mtp"; gamma?: number },
+): { speculative?: "mtp"; gamma?: number } {
+  if (o.speculative === undefined) return {};
+  if (o.speculative !== "mtp")
+    throw new InvalidArgumentError(`speculative must be "mtp", got ${JSON.stringify(o.speculative)}`);
+  if (!canSpeculate(model)) {
+    throw new SpeculativeUnsupportedError(
+      `${ref}: speculative "mtp" needs the model's multi-token-prediction head, and this one has none ` +
+        "(a checkpoint without mtp.* tensors or loaded with mtp: false, or a chain converted without the head)",
+    );
+  }
+  const k = model.maxDraftTokens;
+  if (o.gamma !== undefined && (!Number.isInteger(o.gamma) || o.gamma < 1 || o.gamma > k))
+    throw new InvalidArgumentError(
+      `${ref}: gamma must be an integer from 1 to ${k} (the model's maxDraftTokens), got ${o.gamma}`,
+    );
+  return { speculative: "mtp", ...(o.gamma !== undefined ? { gamma: o.gamma } : {}) };
 }

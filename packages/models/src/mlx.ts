@@ -39,6 +39,7 @@ function mlxOptions(o: LoadModelOptions) {
     dtype: o.dtype,
     bits: o.bits,
     kvCache: o.preallocateKv ? { preallocate: true } : undefined,
+    mtp: o.mtp,
     distributed: o.distributed,
     onProgress: (p: { done: number; total: number }) =>
       o.onProgress?.({ stage: "weights", done: p.done, total: p.total }),

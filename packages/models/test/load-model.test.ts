@@ -2,7 +2,9 @@ import { cpSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
+import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { coreMLAvailability } from "@anemll-qwen35/coreml";
+import { SpeculativeUnsupportedError } from "@anemll-qwen35/generate";
 import { loadGolden } from "@anemll-qwen35/ir/checkpoint";
 import { mlxAvailable } from "@anemll-qwen35/runtime-mlx";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
@@ -103,6 +105,34 @@ describe.runIf(mlxAvailable().available)(
       } finally {
         await loaded.dispose();
       }
+    });
+
+    it('speculative: "mtp" makes every generate() speculate; a model without a head is refused at load', async () => {
+      const trained = join(FIXTURES, "tiny-trained");
+      const g = await loadGolden(trained);
+      await using loaded = await loadModel(trained, { dtype: "float32", speculative: "mtp", gamma: 3 });
+      expect(loaded.speculation).toEqual({ speculative: "mtp", gamma: 3 });
+      const r = await loaded.generate({ prompt: g.promptIds, maxTokens: 12, sampling: { temperature: 0 } });
+      expect(r.tokenIds).toEqual(g.generatedIds.slice(0, r.tokenIds.length));
+      expect(r.stats.speculative?.calls).toBeGreaterThan(0);
+      // a call can turn it off
+      const plain = await loaded.generate({
+        prompt: g.promptIds,
+        maxTokens: 12,
+        sampling: { temperature: 0 },
+        speculative: undefined,
+      });
+      expect(plain.stats.speculative).toBeUndefined();
+      expect(plain.tokenIds).toEqual(r.tokenIds);
+      await expect(loadModel(TINY, { dtype: "float32", speculative: "mtp" })).rejects.toBeInstanceOf(
+        SpeculativeUnsupportedError,
+      );
+      await expect(loadModel(trained, { dtype: "float32", mtp: false, speculative: "mtp" })).rejects.toThrow(
+        /E_SPECULATIVE_UNSUPPORTED|multi-token-prediction head/,
+      );
+      await expect(
+        loadModel(trained, { dtype: "float32", speculative: "mtp", gamma: 99 }),
+      ).rejects.toBeInstanceOf(InvalidArgumentError);
     });
   },
 );

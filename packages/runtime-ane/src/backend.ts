@@ -13,6 +13,7 @@ import type {
   PrefillFunction,
   StatePlan,
 } from "@anemll-qwen35/ir/chain";
+import type { FunctionCheckSeam } from "./prefill-check.js";
 
 /** The buffers a component keeps between steps; opaque to the chain runner. */
 export type ComponentState = ChainComponentState;
@@ -64,6 +65,11 @@ export interface Backend {
   load(packagePath: string, options: LoadComponentOptions): Promise<LoadedComponent>;
   /** Totals over every component this backend loaded. */
   transfers(): TransferStats;
+  /**
+   * Where a loaded function's ops run and how long a call takes, for the prefill check at first
+   * load (Core ML: MLComputePlan and the clock); absent where ops have no devices to run on.
+   */
+  readonly functionCheck?: FunctionCheckSeam;
 }
 
 /** Bytes of tensor data in a record of tensors. */

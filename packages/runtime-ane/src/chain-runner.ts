@@ -33,6 +33,7 @@ import {
 } from "@anemll-qwen35/ir/chain";
 import type { Backend, ComponentState, LoadedComponent } from "./backend.js";
 import { loadHostEmbedding } from "./host-embedding.js";
+import { PrefillCheck, type PrefillCheckMode, type PrefillCheckResult } from "./prefill-check.js";
 
 export interface LoadChainOptions {
   backend: Backend;
@@ -61,6 +62,13 @@ export interface LoadChainOptions {
    */
   dropPrefill?: boolean;
   /**
+   * On a backend that can tell where ops run (Core ML), whether the prefill function is checked
+   * before it is trusted (prefill-check.ts): "recorded" (default) uses the verdict recorded beside
+   * the model for these packages on this machine, else checks and records; "recheck" checks again;
+   * "off" trusts model.json.
+   */
+  prefillCheck?: PrefillCheckMode;
+  /**
    * Check every package against model.json's sha256 before loading (default true; digests are
    * cached by the packages' inodes, sizes, mtimes and ctimes, see ir/chain's verifyChainPackages).
    */
@@ -68,7 +76,11 @@ export interface LoadChainOptions {
   onProgress?: (
     event:
       | { stage: "load"; component: string; index: number; total: number; bucket?: number }
-      | { stage: "verify"; component: string },
+      | { stage: "verify"; component: string }
+      /** The prefill check's verdict (once per load of a chain with a prefill function). */
+      | { stage: "prefill-check"; result: PrefillCheckResult }
+      /** Something the user should know that does not stop the load. */
+      | { stage: "notice"; message: string },
   ) => void;
   signal?: AbortSignal;
 }
@@ -164,6 +176,7 @@ export class ChainRunner implements StepModel {
   private readonly embed: LoadedComponent;
   private readonly head: LoadedComponent;
   private readonly options: LoadChainOptions;
+  private checked: PrefillCheckResult | undefined;
   private readonly overflow: ContextOverflow;
   private readonly slideKeep: number;
   private readonly ring: { readonly sinks: number } | undefined;
@@ -213,9 +226,11 @@ export class ChainRunner implements StepModel {
 
   /**
    * Reads model.json, checks the packages' digests, loads the embedding, the lm_head and the
-   * super-block functions of the smallest bucket (the others load when a conversation needs them).
+   * super-block functions of the smallest bucket (the others load when a conversation needs them);
+   * on a backend with a function-check seam, checks the prefill function first (prefillCheck).
    */
-  static async load(dir: string, options: LoadChainOptions): Promise<ChainRunner> {
+  static async load(dir: string, loadOptions: LoadChainOptions): Promise<ChainRunner> {
+    let options = loadOptions;
     const manifest = await readChainManifest(dir);
     if (options.verify !== false) {
       await verifyChainPackages(dir, manifest, {
@@ -225,8 +240,21 @@ export class ChainRunner implements StepModel {
       });
     }
     ringOf(manifest, options);
+    const check =
+      options.prefillFunction === false
+        ? undefined
+        : await PrefillCheck.open(
+            dir,
+            manifest,
+            options.backend.functionCheck,
+            options.prefillCheck ?? "recorded",
+            (message) => options.onProgress?.({ stage: "notice", message }),
+          );
+    // a recorded fallback: the prefill functions are not loaded at all
+    if (check?.recorded?.keep === false) options = { ...options, prefillFunction: false };
     const entries = manifest.components;
     const loaded: LoadedComponent[] = [];
+    let runner: ChainRunner;
     try {
       // the embedding table is read on the host (host-embedding.ts), not run on the backend
       const first = entries[0];
@@ -246,11 +274,74 @@ export class ChainRunner implements StepModel {
       loaded.push(await loadEntry(entries[last], () => loadFunction(dir, entries[last], options)));
       const T = ChainRunner.prefillOf(manifest, options);
       const resident = await residentAt(dir, manifest, loaded[0], loaded[1], 0, T !== undefined, options);
-      return new ChainRunner(dir, manifest, loaded[0], loaded[1], resident, options);
+      runner = new ChainRunner(dir, manifest, loaded[0], loaded[1], resident, options);
     } catch (err) {
       for (const c of loaded) c.dispose();
       throw err;
     }
+    return check ? ChainRunner.checkPrefill(runner, check, options) : runner;
+  }
+
+  /**
+   * The prefill check after the load (prefill-check.ts): the seam is told every function loaded,
+   * one prefill call is timed against T decode steps, and on a fallback the chain is loaded again
+   * without its prefill functions (their weight copies go); a recorded verdict needs none of it.
+   */
+  private static async checkPrefill(
+    first: ChainRunner,
+    check: PrefillCheck,
+    options: LoadChainOptions,
+  ): Promise<ChainRunner> {
+    let runner = first;
+    let result = check.recorded;
+    const seam = options.backend.functionCheck;
+    const T = runner.prefillTokens;
+    if (!result && seam && T !== undefined) {
+      try {
+        // every function a conversation may load: each bucket's decode and prefill
+        for (const entry of runner.manifest.components) {
+          if (entry.kind === "embed") continue; // read on the host
+          const path = join(runner.dir, entry.file);
+          const fn = { component: entry.name, sha256: entry.sha256 };
+          if (entry.kind === "lm_head") {
+            await check.functionLoaded(seam, path, { ...fn, functionName: entry.function, role: "head" });
+            continue;
+          }
+          for (const f of chainFunctions(entry, runner.manifest.ctx)) {
+            const role =
+              f.family === PREFILL_FAMILY ? "prefill" : f.family === DECODE_FAMILY ? "decode" : undefined;
+            if (role) await check.functionLoaded(seam, path, { ...fn, functionName: f.function, role });
+          }
+        }
+        const stepper = runner.resident.stepper;
+        result = await check.decide(seam, T, {
+          prefill: async () => {
+            await stepper.prefill(new Array<number>(T).fill(0), 0, false);
+          },
+          decode: async (p) => {
+            await stepper.step(0, p, false);
+          },
+          reset: () => stepper.reset(),
+        });
+      } catch (err) {
+        runner.dispose();
+        throw err;
+      }
+      if (!result.keep) {
+        runner.dispose();
+        runner = await ChainRunner.load(runner.dir, { ...options, prefillFunction: false, verify: false });
+      }
+    }
+    if (result) {
+      runner.checked = result;
+      options.onProgress?.({ stage: "prefill-check", result });
+    }
+    return runner;
+  }
+
+  /** The prefill check's verdict at load (undefined where none ran: see LoadChainOptions.prefillCheck). */
+  get prefillCheck(): PrefillCheckResult | undefined {
+    return this.checked;
   }
 
   get position(): number {

@@ -8,7 +8,7 @@
  */
 import { existsSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
-import { homedir } from "node:os";
+import { cpus, homedir, release } from "node:os";
 import { join } from "node:path";
 import { type Tensor, tensor } from "@anemll-qwen35/core";
 import {
@@ -28,6 +28,8 @@ import {
   type LoadedComponent,
   TransferCounter,
 } from "./backend.js";
+import { placementOf } from "./function-check.js";
+import type { FunctionCheckSeam } from "./prefill-check.js";
 
 export interface CoreMLBackendOptions {
   /** Default "cpuAndNeuralEngine". */
@@ -36,7 +38,16 @@ export interface CoreMLBackendOptions {
   readonly cacheDir?: string;
   /** Told before a package is compiled (the first compile for the ANE can take minutes). */
   readonly onCompile?: (event: { component: string; stage: "start" | "done"; seconds?: number }) => void;
+  /** Told what the user should know, e.g. that Core ML sees no Neural Engine on this Mac. */
+  readonly onNotice?: (message: string) => void;
 }
+
+/** MLComputePlan of a large fused function compiles it for the ANE first: minutes, at worst. */
+const PLAN_TIMEOUT_MS = 15 * 60_000;
+
+export const NO_NEURAL_ENGINE =
+  "Core ML sees no Neural Engine on this Mac (MLAllComputeDevices lists none: a virtual Mac, such as a " +
+  "hosted CI runner?): every op runs on the CPU or GPU, and ANE speed and placement do not apply here";
 
 export function defaultCompileCacheDir(): string {
   const base = process.env.ANEMLL_QWEN35_CACHE ?? join(homedir(), ".cache", "anemll-qwen35");
@@ -96,8 +107,48 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
   const cacheDir = options.cacheDir ?? defaultCompileCacheDir();
   const live = new Set<NativeModel>();
   const gone = new TransferCounter(); // totals of disposed models
+  const units = options.computeUnits ?? "cpuAndNeuralEngine";
+  const wantsAne = units === "cpuAndNeuralEngine" || units === "all";
+  // asked once, at the first load: is there a Neural Engine at all?
+  let ane: Promise<boolean> | undefined;
+  const neuralEngine = () => {
+    ane ??= addon.computeDevices().then(
+      (ds) => {
+        const has = ds.some((d) => d.kind === "neuralEngine");
+        if (!has && wantsAne) options.onNotice?.(NO_NEURAL_ENGINE);
+        return has;
+      },
+      (err) => {
+        // not knowing is no reason to stop a load: assume the ANE a Mac normally has
+        options.onNotice?.(`could not ask Core ML for its compute devices: ${(err as Error).message}`);
+        return true;
+      },
+    );
+    return ane;
+  };
+  const compiledPath = (sha256: string) => join(cacheDir, `${sha256}.mlmodelc`);
+  const functionCheck: FunctionCheckSeam = {
+    async machine() {
+      const has = await neuralEngine();
+      return {
+        key: `${process.platform} ${release()} · macOS ${addon.macosVersion()} · ${cpus()[0]?.model ?? "?"} · ${units}`,
+        requireAne: wantsAne && has,
+      };
+    },
+    async placement(_path, fn) {
+      const plan = await addon.computePlan(compiledPath(fn.sha256), units, fn.functionName, PLAN_TIMEOUT_MS);
+      const ops = plan.functions.find((f) => f.name === fn.functionName)?.operations ?? [];
+      return placementOf(fn.component, fn.functionName, fn.role, ops);
+    },
+    async time(_what, run) {
+      const t0 = performance.now();
+      await run();
+      return performance.now() - t0;
+    },
+  };
   return {
     name: "coreml",
+    functionCheck,
     transfers() {
       const total = new TransferCounter();
       total.backingMisses = 0;
@@ -106,8 +157,9 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
       return total.snapshot();
     },
     async load(packagePath: string, opts: LoadComponentOptions): Promise<LoadedComponent> {
+      await neuralEngine();
       await mkdir(cacheDir, { recursive: true });
-      const compiled = join(cacheDir, `${opts.sha256}.mlmodelc`);
+      const compiled = compiledPath(opts.sha256);
       if (!existsSync(compiled)) {
         const started = performance.now();
         options.onCompile?.({ component: opts.name, stage: "start" });
@@ -119,18 +171,12 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
         });
       }
       opts.signal?.throwIfAborted();
-      const model = await addon.load(
-        compiled,
-        options.computeUnits ?? "cpuAndNeuralEngine",
-        opts.functionName,
-      );
+      const model = await addon.load(compiled, units, opts.functionName);
       live.add(model);
       // the prefill function: a second model of the same compiled package, run on the decode
       // model's native state (its buffers are bound by name and its KV rows written T at a time)
       const pf = opts.prefill;
-      const prefillModel = pf
-        ? await addon.load(compiled, options.computeUnits ?? "cpuAndNeuralEngine", pf.function)
-        : undefined;
+      const prefillModel = pf ? await addon.load(compiled, units, pf.function) : undefined;
       if (prefillModel) live.add(prefillModel);
       const run = (m: NativeModel, io: LoadComponentOptions["io"]) => {
         const dtypes = new Map(io.inputs.map((t) => [t.name, t.dtype]));

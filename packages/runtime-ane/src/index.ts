@@ -13,6 +13,14 @@ export {
   PositionLimitError,
 } from "./chain-runner.js";
 
+// The prefill check at first load: where the functions run and whether prefill beats decode
+export type { FunctionPlacement, PrefillDecision } from "./function-check.js";
+export type {
+  FunctionCheckSeam,
+  PrefillCheckMode,
+  PrefillCheckResult,
+} from "./prefill-check.js";
+
 // The two backends
 export { type CoreMLBackendOptions, coreMLBackend } from "./coreml-backend.js";
 export { type ReferenceBackendOptions, referenceBackend } from "./reference-backend.js";

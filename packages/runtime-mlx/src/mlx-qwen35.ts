@@ -8,11 +8,21 @@
  * running or done; when it feeds another token the speculative step is dropped — the GDN states it
  * produced are discarded (the previous ones were kept), and the KV caches need nothing: the real
  * step writes the same position again.
+ *
+ * Speculative decoding with the checkpoint's MTP head (generate's `speculative: "mtp"`): the head's
+ * own KV cache is filled on every prefill/decode step from the main model's post-norm hidden
+ * states (pair (h_t, x_{t+1}) at slot t, so it always holds slots 0..position-2 and the last hidden
+ * state waits for its next token); `draft` runs the head recursively from there, `verify` scores
+ * 1 + γ ids in one forward that returns every row's GDN state, and `accept(n)` commits row n-1's
+ * states — per-row states rather than re-running the accepted rows, because a second forward
+ * would read all the weights again (the cost decode is bound by) while the per-row states are
+ * only the small recurrent/conv tensors — rewinds the KV caches to the accepted length and writes
+ * the head's slots for the accepted ids from the main model's hidden states (overwriting its drafts).
  */
 
 import { join } from "node:path";
 import { InvalidArgumentError } from "@anemll-qwen35/core";
-import type { StateSnapshot, StepModel, StepOptions, StepOutput } from "@anemll-qwen35/generate";
+import type { SpeculativeStepModel, StateSnapshot, StepOptions, StepOutput } from "@anemll-qwen35/generate";
 import {
   ContextOverflowError,
   type ModelUnavailableError,
@@ -35,6 +45,7 @@ import type { Dtype, MxArray } from "./native.js";
 import { type GdnState, gdnStateArrays, handle, KvCache, type KvSnapshot } from "./qwen35/cache.js";
 import { type CheckpointFormat, openCheckpoint } from "./qwen35/checkpoint.js";
 import { forward, type Qwen35Weights } from "./qwen35/model.js";
+import { mtpForward } from "./qwen35/mtp.js";
 import { type BuildProgress, buildWeights, validateMlx, weightsArrays } from "./qwen35/weights.js";
 
 export interface LoadMlxModelOptions {
@@ -62,6 +73,12 @@ export interface LoadMlxModelOptions {
   pipeline?: boolean | "auto";
   /** MLX device (default: MLX's default, the GPU when Metal is available). */
   device?: "cpu" | "gpu";
+  /**
+   * Load the checkpoint's multi-token-prediction head (`mtp.*`, a complete one, dense models, HF
+   * format) for `speculative: "mtp"` (default true; false leaves it out and saves its memory and
+   * the small cost of filling its cache on every step).
+   */
+  mtp?: boolean;
   /** How `hf:` references are resolved (cache folder, downloads). */
   resolve?: ResolveOptions;
   /**
@@ -98,6 +115,10 @@ interface StepArrays {
   readonly gdn: (GdnState | undefined)[];
   /** Pipelined across ranks: the step's sends, to wait for with it. */
   readonly sent: MxArray[];
+  /** With the MTP head: the last row's post-norm hidden state [1, 1, D], to pair with the next token. */
+  readonly pending?: MxArray;
+  /** The head's cache buffers this step writes, to evaluate with it (owned by the cache). */
+  readonly head: MxArray[];
 }
 
 interface Speculation extends StepArrays {
@@ -130,17 +151,24 @@ function raceAbort<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T
   });
 }
 
+/** What an MlxSnapshot holds: the GDN states, KV buffers and the MTP head's cache and pending row. */
+interface HeldState {
+  gdn: (GdnState | undefined)[];
+  kv: (KvSnapshot | undefined)[];
+  mtpKv?: KvSnapshot;
+  pending?: MxArray;
+}
+
 /** An MlxQwen35 state: handles to its GDN states and KV buffers (MLX arrays are values: no copy). */
 class MlxSnapshot implements StateSnapshot {
-  private held: { gdn: (GdnState | undefined)[]; kv: (KvSnapshot | undefined)[] } | undefined;
+  private held: HeldState | undefined;
   readonly bytes: number;
   constructor(
     readonly owner: MlxQwen35,
     readonly position: number,
-    gdn: (GdnState | undefined)[],
-    kv: (KvSnapshot | undefined)[],
+    held: HeldState,
   ) {
-    this.held = { gdn, kv };
+    this.held = held;
     this.bytes = this.arrays().reduce((n, a) => n + a.nbytes, 0);
   }
   /** What it holds (undefined once disposed). */
@@ -148,8 +176,14 @@ class MlxSnapshot implements StateSnapshot {
     return this.held;
   }
   arrays(): MxArray[] {
-    if (!this.held) return [];
-    return [...this.held.gdn.flatMap(gdnStateArrays), ...this.held.kv.flatMap((k) => k?.arrays ?? [])];
+    const h = this.held;
+    if (!h) return [];
+    return [
+      ...h.gdn.flatMap(gdnStateArrays),
+      ...h.kv.flatMap((k) => k?.arrays ?? []),
+      ...(h.mtpKv?.arrays ?? []),
+      ...(h.pending ? [h.pending] : []),
+    ];
   }
   dispose(): void {
     mx.dispose(this.arrays());
@@ -160,8 +194,20 @@ class MlxSnapshot implements StateSnapshot {
 const gdnHandle = (s: GdnState | undefined): GdnState | undefined =>
   s ? { conv: handle(s.conv), recurrent: handle(s.recurrent) } : undefined;
 
+/** The most drafts one verify takes on MLX (no conversion fixes k here; generate's gamma ≤ this). */
+const MLX_MAX_DRAFT_TOKENS = 8;
+
+/** A verify's provisional results, until accept() or any other step drops them. */
+interface Verified {
+  readonly ids: readonly number[];
+  /** [1, T, D] post-norm hidden rows. */
+  readonly normed: MxArray;
+  /** Per layer, the GDN state after each row. */
+  readonly rows: (GdnState[] | undefined)[];
+}
+
 /** A loaded Qwen3.5 model with its per-sequence state. */
-export class MlxQwen35 implements StepModel, AsyncDisposable {
+export class MlxQwen35 implements SpeculativeStepModel, AsyncDisposable {
   readonly outputKind = "logits" as const;
   readonly contextLength: number;
   /** Which layout the checkpoint was in. */
@@ -172,6 +218,12 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
 
   private readonly kv: (KvCache | undefined)[];
   private gdn: (GdnState | undefined)[];
+  /** The MTP head's KV cache (slots 0..pos-2) and the last row's hidden state, when loaded. */
+  private readonly mtpKv: KvCache | undefined;
+  private pending: MxArray | undefined;
+  private verified: Verified | undefined;
+  /** The most drafts one verify takes: 0 without an MTP head (or split across ranks). */
+  readonly maxDraftTokens: number;
   private pos = 0;
   private spec: Speculation | undefined;
   /** The argmax of the logits last returned (for pipeline "auto"). */
@@ -211,6 +263,14 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
         : undefined,
     );
     this.gdn = weights.layers.map(() => undefined);
+    const head = weights.mtp !== undefined && !options.ranks;
+    this.mtpKv = head
+      ? new KvCache({
+          step: options.kvStep,
+          preallocate: options.preallocate ? options.contextLength : undefined,
+        })
+      : undefined;
+    this.maxDraftTokens = head ? MLX_MAX_DRAFT_TOKENS : 0;
   }
 
   /** Set once the model cannot run any more (a rank of a split model was lost); calls then throw it. */
@@ -256,7 +316,8 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
     this.check("memory");
     const weightsBytes = weightsArrays(this.weights).reduce((n, a) => n + a.nbytes, 0);
     const gdn = this.gdn.flatMap(gdnStateArrays).reduce((n, a) => n + a.nbytes, 0);
-    return { weightsBytes, stateBytes: gdn + this.kv.reduce((n, c) => n + (c?.bytes ?? 0), 0) };
+    const head = (this.mtpKv?.bytes ?? 0) + (this.pending?.nbytes ?? 0);
+    return { weightsBytes, stateBytes: gdn + head + this.kv.reduce((n, c) => n + (c?.bytes ?? 0), 0) };
   }
 
   reset(): void {
@@ -266,6 +327,9 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
     mx.dispose(this.gdn.flatMap(gdnStateArrays));
     this.gdn = this.gdn.map(() => undefined);
     for (const c of this.kv) c?.reset();
+    this.mtpKv?.reset();
+    this.pending?.dispose();
+    this.pending = undefined;
     this.pos = 0;
     this.lastArgmax = undefined;
     this.speculateNext = true;
@@ -287,12 +351,12 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
       throw new InvalidArgumentError(
         "a model split across ranks cannot snapshot its state (the other ranks hold it)",
       );
-    const snap = new MlxSnapshot(
-      this,
-      this.pos,
-      this.gdn.map(gdnHandle),
-      this.kv.map((c) => c?.snapshot(this.pos)),
-    );
+    const snap = new MlxSnapshot(this, this.pos, {
+      gdn: this.gdn.map(gdnHandle),
+      kv: this.kv.map((c) => c?.snapshot(this.pos)),
+      mtpKv: this.mtpKv?.snapshot(this.headSlots),
+      pending: this.pending && handle(this.pending),
+    });
     await mx.asyncEval(snap.arrays());
     return snap;
   }
@@ -312,6 +376,9 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
       const k = held.kv[i];
       if (c && k) c.restore(k);
     }
+    if (this.mtpKv && held.mtpKv) this.mtpKv.restore(held.mtpKv);
+    this.pending?.dispose();
+    this.pending = held.pending && handle(held.pending);
     this.pos = snapshot.position;
     this.lastArgmax = undefined;
     this.speculateNext = true;
@@ -340,6 +407,7 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
     if (this.pos + 1 > this.contextLength) throw new ContextOverflowError(this.pos + 1, this.contextLength);
     this.busy = true;
     try {
+      this.dropVerified();
       const hit = this.lastArgmax === id;
       if (this.options.pipeline === "auto") this.speculateNext = hit;
       let step: StepArrays;
@@ -348,16 +416,160 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
       this.spec = undefined;
       if (spec && hit) {
         // The step for this token is already scheduled: adopt it.
-        this.commit(spec.gdn);
+        this.commit(spec.gdn, 1, spec.pending);
         mx.dispose(spec.token);
         step = spec;
         done = spec.done;
       } else {
         if (spec) this.discard(spec);
         step = this.step(mx.array(Int32Array.of(id), [1, 1]));
-        done = this.evaluate([step.logits, step.argmax, ...step.sent], "decode");
+        done = this.evaluate([step.logits, step.argmax, ...step.sent, ...step.head], "decode");
       }
       return { logits: await this.finishStep(step, done, opts?.signal) };
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /**
+   * Drafts `gamma` tokens after `next` with the MTP head, recursively (SpeculativeStepModel): step 0
+   * pairs the last row's hidden state with `next`, step i > 0 the head's own output with draft
+   * i-1, at the following slots. The drafts' cache slots are provisional (accept() rewrites them
+   * from the main model); the main model's state does not move.
+   */
+  async draft(
+    next: number,
+    gamma: number,
+    pick: (out: StepOutput, i: number) => number,
+    opts?: StepOptions,
+  ): Promise<{ ids: number[]; outputs: StepOutput[] }> {
+    this.checkSpeculative("draft");
+    if (!Number.isInteger(gamma) || gamma < 1 || gamma > this.maxDraftTokens)
+      throw new InvalidArgumentError(
+        `draft: gamma must be an integer from 1 to ${this.maxDraftTokens}, got ${gamma}`,
+      );
+    this.checkIds([next], "draft");
+    if (!this.pending)
+      throw new InvalidArgumentError("draft: nothing consumed yet; prefill the prompt first");
+    opts?.signal?.throwIfAborted();
+    this.busy = true;
+    const cache = this.mtpKv!;
+    try {
+      this.dropSpeculation();
+      const base = this.headSlots;
+      cache.offset = base;
+      const ids: number[] = [];
+      const outputs: StepOutput[] = [];
+      let hidden = this.pending;
+      let token = next;
+      try {
+        for (let i = 0; i < gamma; i++) {
+          const r = mx.tidy(() => {
+            const t = mx.array(Int32Array.of(token), [1, 1]);
+            const h = mtpForward(this.config, this.weights, hidden, t, cache, true)!;
+            return { out: h.out, logits: mx.astype(h.logits, "float32") };
+          });
+          if (hidden !== this.pending) hidden.dispose();
+          hidden = r.out;
+          try {
+            await raceAbort(mx.asyncEval([r.logits, r.out, ...cache.arrays()]), opts?.signal);
+            const out = { logits: r.logits.toTypedArray() as Float32Array };
+            outputs.push(out);
+            token = pick(out, i);
+          } finally {
+            r.logits.dispose();
+          }
+          this.checkIds([token], "draft: pick");
+          ids.push(token);
+        }
+      } finally {
+        if (hidden !== this.pending) hidden.dispose();
+        cache.offset = base;
+      }
+      return { ids, outputs };
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /**
+   * Scores `ids` ([next, ...drafts]) in one forward from the committed state and returns every
+   * row's logits (SpeculativeStepModel). Provisional: the KV rows written stay unread and the
+   * per-row GDN states wait for accept(); any other step drops them.
+   */
+  async verify(ids: number[], opts?: StepOptions): Promise<StepOutput[]> {
+    this.checkSpeculative("verify");
+    const T = ids.length;
+    if (T < 1 || T > this.maxDraftTokens + 1)
+      throw new InvalidArgumentError(`verify: takes 1 to ${this.maxDraftTokens + 1} ids, got ${T}`);
+    this.checkIds(ids, "verify");
+    opts?.signal?.throwIfAborted();
+    if (this.pos + T > this.contextLength) throw new ContextOverflowError(this.pos + T, this.contextLength);
+    this.busy = true;
+    try {
+      this.dropSpeculation();
+      const r = mx.tidy(() => {
+        const input = mx.array(Int32Array.from(ids), [1, T]);
+        const f = forward(
+          this.config,
+          this.weights,
+          input,
+          { kv: this.kv, gdn: this.gdn },
+          { logits: "all", normed: true, perRow: true },
+        );
+        // only the per-row states leave the scope (the last row's are the final ones)
+        return { logits: mx.astype(f.logits!, "float32"), normed: f.normed!, rows: f.gdnRows! };
+      });
+      // the cache rows past the committed position are provisional: nothing reads them until accept
+      for (const c of this.kv) if (c) c.offset = this.pos;
+      const verified: Verified = { ids: ids.slice(), normed: r.normed, rows: r.rows };
+      try {
+        const states = r.rows.flatMap((rs) => rs?.flatMap(gdnStateArrays) ?? []);
+        await raceAbort(
+          mx.asyncEval([r.logits, r.normed, ...states, ...this.kv.flatMap((c) => c?.arrays() ?? [])]),
+          opts?.signal,
+        );
+        const flat = r.logits.toTypedArray() as Float32Array;
+        const V = flat.length / T;
+        this.verified = verified;
+        return ids.map((_, j) => ({ logits: flat.subarray(j * V, (j + 1) * V) }));
+      } catch (error) {
+        mx.dispose([r.normed, ...r.rows.flatMap((rs) => rs?.flatMap(gdnStateArrays) ?? [])]);
+        throw error;
+      } finally {
+        r.logits.dispose();
+      }
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /**
+   * Commits the first `n` ids of the last verify (SpeculativeStepModel): row n-1's GDN states, the
+   * KV caches at position + n, and the head's slots for those ids from the main model's rows.
+   */
+  async accept(n: number, opts?: StepOptions): Promise<void> {
+    this.checkSpeculative("accept");
+    const v = this.verified;
+    if (!v) throw new InvalidArgumentError("accept: no verify to accept (or another step came in between)");
+    if (!Number.isInteger(n) || n < 1 || n > v.ids.length)
+      throw new InvalidArgumentError(`accept: n must be an integer from 1 to ${v.ids.length}, got ${n}`);
+    this.busy = true;
+    try {
+      this.verified = undefined;
+      const gdn = v.rows.map((rs) => rs?.[n - 1]);
+      mx.dispose(v.rows.flatMap((rs) => rs?.filter((_, j) => j !== n - 1).flatMap(gdnStateArrays) ?? []));
+      const head = mx.tidy(() => {
+        const D = v.normed.shape[2];
+        const rows = mx.slice(v.normed, [0, 0, 0], [1, n, D]);
+        const ids = mx.array(Int32Array.from(v.ids.slice(0, n)), [1, n]);
+        return this.fillHead(rows, ids);
+      });
+      v.normed.dispose();
+      for (const c of this.kv) if (c) c.offset = this.pos + n;
+      this.commit(gdn, n, head.pending);
+      this.lastArgmax = undefined;
+      await raceAbort(mx.asyncEval([...head.arrays, head.pending]), opts?.signal);
     } finally {
       this.busy = false;
     }
@@ -370,6 +582,9 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
     this.dropSpeculation();
     mx.dispose(this.gdn.flatMap(gdnStateArrays));
     for (const c of this.kv) c?.reset();
+    this.mtpKv?.reset();
+    this.pending?.dispose();
+    this.pending = undefined;
     try {
       await this.options.ranks?.shutdown();
     } finally {
@@ -382,6 +597,16 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
   }
 
   // --- internals
+
+  private checkSpeculative(what: string): void {
+    this.check(what, true);
+    if (this.busy) throw new ModelBusyError(what);
+    if (this.maxDraftTokens === 0) {
+      throw new InvalidArgumentError(
+        `${what}: this model has no MTP head (${this.options.ranks ? "split across ranks" : "none in the checkpoint, or loaded with mtp: false"})`,
+      );
+    }
+  }
 
   private check(what: string, run = false): void {
     if (this.disposedFlag) throw new ModelDisposedError(what);
@@ -397,16 +622,47 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
       mx.tidy(() => {
         const r = ranks
           ? ranks.forward(this.weights, ids, state, this.pos, logits)
-          : { ...forward(this.config, this.weights, ids, state, { logits }), sent: [] as MxArray[] };
+          : {
+              ...forward(this.config, this.weights, ids, state, { logits, normed: this.mtpKv !== undefined }),
+              sent: [] as MxArray[],
+            };
         const f32 = r.logits && mx.astype(r.logits, "float32");
+        const normed = (r as { normed?: MxArray }).normed;
+        const head = normed ? this.fillHead(normed, ids) : undefined;
         return {
           logits: f32,
           argmax: f32 && logits === "last" ? mx.argmax(f32, -1) : undefined,
           gdn: r.gdn,
           sent: r.sent,
+          pending: head?.pending,
+          head: head?.arrays ?? [],
         };
       });
     return ranks ? ranks.group.run(build) : build();
+  }
+
+  /** Slots the head's cache holds: one per consumed position whose next token is known. */
+  private get headSlots(): number {
+    return Math.max(0, this.pos - 1);
+  }
+
+  /**
+   * Writes the head's cache slots for rows just consumed (`normed` [1, T, D] after the final norm,
+   * `ids` [1, T] the tokens): pairs (pending, ids[0]), (row 0, ids[1]) … at slot position-1 …;
+   * returns the new pending row and the cache buffers to evaluate.
+   */
+  private fillHead(normed: MxArray, ids: MxArray): { pending: MxArray; arrays: MxArray[] } {
+    const cache = this.mtpKv!;
+    const T = normed.shape[1];
+    const D = normed.shape[2];
+    cache.offset = this.headSlots;
+    const rows = T > 1 ? mx.slice(normed, [0, 0, 0], [1, T - 1, D]) : undefined;
+    const hidden = this.pending ? (rows ? mx.concatenate([this.pending, rows], 1) : this.pending) : rows;
+    if (hidden) {
+      const next = this.pending ? ids : mx.slice(ids, [0, 1], [1, T]);
+      mtpForward(this.config, this.weights, hidden, next, cache, false);
+    }
+    return { pending: mx.slice(normed, [0, T - 1, 0], [1, T, D]), arrays: cache.arrays() };
   }
 
   /** Computes `arrays` (split across ranks: under the step timeout; a lost rank makes the model unavailable). */
@@ -454,10 +710,10 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
         if (logits === "all" || last) {
           const out = this.forwardStep(idsArray, logits);
           idsArray.dispose();
-          this.commit(out.gdn, part.length);
+          this.commit(out.gdn, part.length, out.pending);
           if (logits === "all") {
             try {
-              await raceAbort(this.evaluate([out.logits!, ...out.sent], what), signal);
+              await raceAbort(this.evaluate([out.logits!, ...out.sent, ...out.head], what), signal);
               rows.push(out.logits!.toTypedArray() as Float32Array);
             } finally {
               mx.dispose([out.logits!, ...out.sent]);
@@ -468,14 +724,15 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
               argmax: out.argmax!,
               gdn: out.gdn,
               sent: out.sent,
+              head: out.head,
             };
-            const done = this.evaluate([step.logits, step.argmax, ...step.sent], what);
+            const done = this.evaluate([step.logits, step.argmax, ...step.sent, ...step.head], what);
             rows.push(await this.finishStep(step, done, signal, true));
           }
         } else {
           const out = this.forwardStep(idsArray, "none");
           idsArray.dispose();
-          this.commit(out.gdn, part.length);
+          this.commit(out.gdn, part.length, out.pending);
           try {
             await raceAbort(this.evaluate([...this.stateArrays(), ...out.sent], what), signal);
           } finally {
@@ -501,8 +758,15 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
   private step(token: MxArray): StepArrays {
     const r = this.forwardStep(token, "last");
     token.dispose();
-    this.commit(r.gdn, 1);
-    return { logits: r.logits!, argmax: r.argmax!, gdn: r.gdn, sent: r.sent };
+    this.commit(r.gdn, 1, r.pending);
+    return {
+      logits: r.logits!,
+      argmax: r.argmax!,
+      gdn: r.gdn,
+      sent: r.sent,
+      pending: r.pending,
+      head: r.head,
+    };
   }
 
   /**
@@ -543,8 +807,15 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
     const reshape = () => mx.keep(mx.reshape(step.argmax, [1, 1]));
     const token = ranks ? ranks.group.run(reshape) : reshape();
     const r = mx.keep(this.forwardStep(token, "last"));
-    const spec = { logits: r.logits!, argmax: r.argmax!, gdn: r.gdn, sent: r.sent };
-    const done = this.evaluate([spec.logits, spec.argmax, ...spec.sent], "decode");
+    const spec = {
+      logits: r.logits!,
+      argmax: r.argmax!,
+      gdn: r.gdn,
+      sent: r.sent,
+      pending: r.pending,
+      head: r.head,
+    };
+    const done = this.evaluate([spec.logits, spec.argmax, ...spec.sent, ...spec.head], "decode");
     done.catch(() => {}); // a failure surfaces when (if) the step is adopted
     this.spec = { token, ...spec, done };
   }
@@ -552,24 +823,48 @@ export class MlxQwen35 implements StepModel, AsyncDisposable {
   /** Drops a speculative step: its GDN states go, the KV caches rewind to the committed position. */
   private discard(spec: Speculation): void {
     mx.dispose([spec.token, spec.logits, spec.argmax, ...spec.sent, ...spec.gdn.flatMap(gdnStateArrays)]);
+    spec.pending?.dispose();
     for (const c of this.kv) if (c) c.offset = this.pos;
+    if (this.mtpKv) this.mtpKv.offset = this.headSlots;
   }
 
+  /** Drops a pending pipelined step and a verify nobody accepted (its KV rows are never read). */
   private dropSpeculation(): void {
     if (this.spec) this.discard(this.spec);
     this.spec = undefined;
+    this.dropVerified();
   }
 
-  /** Makes `gdn` the current GDN state (releasing the previous one) and advances the position. */
-  private commit(gdn: (GdnState | undefined)[], tokens = 1): void {
+  /** Forgets the last verify: once the state moved another way, its rows no longer apply. */
+  private dropVerified(): void {
+    const v = this.verified;
+    this.verified = undefined;
+    if (v) mx.dispose([v.normed, ...v.rows.flatMap((r) => r?.flatMap(gdnStateArrays) ?? [])]);
+  }
+
+  /**
+   * Makes `gdn` the current GDN state (releasing the previous one), `pending` the head's waiting
+   * row, and advances the position.
+   */
+  private commit(gdn: (GdnState | undefined)[], tokens = 1, pending?: MxArray): void {
     mx.keep(gdn);
     mx.dispose(this.gdn.flatMap(gdnStateArrays));
     this.gdn = gdn;
+    if (pending) {
+      mx.keep(pending);
+      this.pending?.dispose();
+      this.pending = pending;
+    }
     this.pos += tokens;
   }
 
   private stateArrays(): MxArray[] {
-    return [...this.gdn.flatMap(gdnStateArrays), ...this.kv.flatMap((c) => c?.arrays() ?? [])];
+    return [
+      ...this.gdn.flatMap(gdnStateArrays),
+      ...this.kv.flatMap((c) => c?.arrays() ?? []),
+      ...(this.mtpKv?.arrays() ?? []),
+      ...(this.pending ? [this.pending] : []),
+    ];
   }
 }
 
@@ -666,7 +961,13 @@ export async function loadMlxModel(ref: string, opts: LoadMlxModelOptions = {}):
       ranks = new PipelineHead(group, config, dtype, ranges, opts.distributed);
       layers = ranges[0];
     }
-    const weights = await buildWeights(config, view, { dtype, quantize: r.quantize }, opts, layers);
+    const weights = await buildWeights(
+      config,
+      view,
+      { dtype, quantize: r.quantize, mtp: opts.mtp ?? true },
+      opts,
+      layers,
+    );
     // Layer 0 is always a Gated DeltaNet layer; its output projection shows the quantization in use.
     const mixer = weights.layers[0]?.mixer;
     const probe = mixer?.kind === "gdn" ? mixer.w.out : undefined;

@@ -13,7 +13,12 @@ import {
   type StepModel,
   type Tokenizer,
 } from "@anemll-qwen35/generate";
-import { type LoadModelOptions, loadModel, withTop1Default } from "@anemll-qwen35/models";
+import {
+  type LoadModelOptions,
+  loadModel,
+  speculationDefaults,
+  withTop1Default,
+} from "@anemll-qwen35/models";
 import { ServerConfigError } from "./errors.js";
 import { PromptTokenizer, type PromptTokenizerOptions } from "./prompt-tokenizer.js";
 import { ModelQueue } from "./queue.js";
@@ -31,6 +36,10 @@ export interface ReadyModelSource {
   dispose?: boolean;
   /** Overrides the server's `queue` for this model. */
   queue?: number;
+  /** `"mtp"`: decode speculatively with the model's MTP head (checked when the server opens it). */
+  speculative?: "mtp";
+  /** With `speculative`: draft tokens per round (default 2). */
+  gamma?: number;
 }
 
 /** A model the server opens with loadModel (and disposes on close). */
@@ -64,6 +73,8 @@ export interface ServedModel {
   readonly promptCache: PromptCache | undefined;
   /** Unix seconds, for /v1/models. */
   readonly created: number;
+  /** `{ speculative: "mtp", gamma }` when the model decodes speculatively, else empty: spread into generate(). */
+  readonly speculation: { speculative?: "mtp"; gamma?: number };
   dispose(): Promise<void>;
 }
 
@@ -144,6 +155,7 @@ async function openModel(
       queue: new ModelQueue(source.name, queueSize),
       promptCache: cache,
       created,
+      speculation: speculationDefaults(source.name, model, source),
       dispose: async () => {
         await prompts.close();
         cache?.clear();
@@ -167,6 +179,7 @@ async function openModel(
     queue: new ModelQueue(name, queueSize),
     promptCache: cache,
     created,
+    speculation: loaded.speculation ?? {},
     dispose: async () => {
       await prompts.close();
       cache?.clear();

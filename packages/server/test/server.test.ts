@@ -1,3 +1,4 @@
+import { resolve } from "node:path";
 import { generate, loadTokenizer, type Tokenizer } from "@anemll-qwen35/generate";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import OpenAI from "openai";
@@ -260,6 +261,49 @@ describe("several models at once", () => {
       expect(g.usage?.completion_tokens).toBe(6);
       // The two gpu requests took turns on one model state and, greedy, agree.
       expect(g2.choices[0].message.content).toBe(g.choices[0].message.content);
+    },
+  );
+
+  it.skipIf(!mlx.available)(
+    `--speculative mtp: the MTP head drafts, usage says how many drafts were accepted, the text is plain greedy's${mlx.available ? "" : ` — skipped: MLX unavailable (${mlx.reason})`}`,
+    async () => {
+      const trained = resolve(FIXTURE, "../tiny-trained");
+      await using s = await createServer({
+        models: [
+          { name: "spec", path: trained, dtype: "float32", speculative: "mtp", gamma: 3 },
+          { name: "plain", path: trained, dtype: "float32" },
+        ],
+        port: 0,
+      });
+      const url = await s.listen();
+      const ask = async (model: string) =>
+        (await fetch(`${url}/v1/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model, prompt: "And Ruth said", max_tokens: 24, temperature: 0 }),
+        }).then(json)) as { choices: { text: string }[]; usage: Record<string, unknown> };
+      const [spec, plain] = [await ask("spec"), await ask("plain")];
+      expect(spec.choices[0].text).toBe(plain.choices[0].text);
+      expect(plain.usage.speculative).toBeUndefined();
+      const u = spec.usage as {
+        completion_tokens_details: { accepted_prediction_tokens: number; rejected_prediction_tokens: number };
+        speculative: {
+          draft_tokens: number;
+          accepted_tokens: number;
+          verify_calls: number;
+          tokens_per_call: number;
+        };
+      };
+      expect(u.speculative.verify_calls).toBeGreaterThan(0);
+      expect(u.completion_tokens_details.accepted_prediction_tokens).toBe(u.speculative.accepted_tokens);
+      expect(
+        u.completion_tokens_details.accepted_prediction_tokens +
+          u.completion_tokens_details.rejected_prediction_tokens,
+      ).toBe(u.speculative.draft_tokens);
+      // a model without a head is refused when the server opens it
+      await expect(
+        createServer({ models: [{ name: "x", path: FIXTURE, speculative: "mtp" }], port: 0 }),
+      ).rejects.toThrow(/multi-token-prediction head/);
     },
   );
 });

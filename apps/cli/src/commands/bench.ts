@@ -35,6 +35,12 @@ export function registerBench(program: Command, ctx: Context): void {
       "auto",
     )
     .option("--no-mlx", "leave the MLX (GPU) side out")
+    .option(
+      "--draft <kind>",
+      "speculative: model (a separate draft model, default) or mtp (the model's own multi-token-prediction head, on MLX)",
+      choice("--draft", ["model", "mtp"] as const),
+      "model",
+    )
     .option("--no-charts", "write the JSON only")
     .action(async (scenario: string, o) => {
       const out = ctx.output();
@@ -63,6 +69,7 @@ export function registerBench(program: Command, ctx: Context): void {
             seconds: o.seconds,
             ane: o.ane,
             noMlx: o.mlx === false,
+            draft: o.draft,
             noCharts: o.charts === false,
             onLog: (line) => out.notice(line),
             signal: ac.signal,

@@ -2,7 +2,7 @@ import { mkdir, rename, writeFile } from "node:fs/promises";
 import { release } from "node:os";
 import { dirname, resolve } from "node:path";
 import { AnemllError } from "@anemll-qwen35/core";
-import { coreMLAvailability } from "@anemll-qwen35/coreml";
+import { computeDevices, coreMLAvailability } from "@anemll-qwen35/coreml";
 import { mlxAvailable } from "@anemll-qwen35/runtime-mlx";
 import type { Command } from "commander";
 import type { Context } from "../context.js";
@@ -40,6 +40,23 @@ export function backendStatus(): BackendStatus[] {
   ];
 }
 
+/**
+ * Whether Core ML sees a Neural Engine here (MLAllComputeDevices): virtual Macs, hosted CI runners
+ * included, have none, and Core ML then runs every op on the CPU or GPU without a word.
+ */
+export async function neuralEngineStatus(): Promise<{ present: boolean | null; detail: string }> {
+  const devices = coreMLAvailability("devices");
+  if (!devices.available) return { present: null, detail: devices.reason ?? "unknown" };
+  const ane = (await computeDevices()).find((d) => d.kind === "neuralEngine");
+  return ane
+    ? { present: true, detail: `${ane.totalCoreCount} cores (MLAllComputeDevices)` }
+    : {
+        present: false,
+        detail:
+          "none: MLAllComputeDevices lists no Neural Engine (a virtual Mac, e.g. a hosted CI runner?); Core ML runs every op on the CPU or GPU here",
+      };
+}
+
 export function registerDoctor(program: Command, ctx: Context, version: string): void {
   program
     .command("doctor")
@@ -66,8 +83,10 @@ export function registerDoctor(program: Command, ctx: Context, version: string):
         node: process.version,
       };
       if (o.selftest) return selftest(out, { version, out: o.out, steps: o.steps, backends });
-      out.result({ platform, backends });
+      const neuralEngine = await neuralEngineStatus();
+      out.result({ platform, backends, neuralEngine });
       out.line(`platform  ${platform.os} ${platform.arch} ${platform.release} · Node ${platform.node}`);
+      out.line(`neural engine  ${neuralEngine.present === null ? "unknown: " : ""}${neuralEngine.detail}`);
       out.line("backends");
       for (const b of backends) {
         out.line(`  ${b.name.padEnd(10)} ${b.available ? "available  " : "unavailable"}  ${b.detail}`);

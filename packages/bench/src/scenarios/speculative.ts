@@ -6,7 +6,8 @@
  * Drafts: the same model quantized harder (MLX 4-bit; the ANE chain in LUT4), the unpalettized
  * fp16 chain as a control (same weights: it must agree where the target's choice is clear), and,
  * at smoke scale, a different model with the same tokenizer (tiny-gqa), standing for "the models
- * write different text" (the reference study's 0.8B drafting for 9B).
+ * write different text" (the reference study's 0.8B drafting for 9B). `--draft mtp` measures the
+ * model's own MTP head instead (speculative-mtp.ts).
  */
 import type { ChartSpec, Row } from "../charts.js";
 import { promptFor, sideRun, targetRun, withOpened } from "../measure.js";
@@ -17,12 +18,14 @@ import { aneSide, isSkip, mlxSide, type Side } from "../sides.js";
 import { speculativeDecode } from "../speculation.js";
 import { metric } from "../stats.js";
 import { runSteps } from "../steps.js";
+import { mtpCharts, mtpSpeculative } from "./speculative-mtp.js";
 
 export const speculative: Scenario = {
   name: "speculative",
   question:
     "How often does a draft model propose the target's greedy token, and what speed-up does that give?",
   async run(ctx, p) {
+    if (ctx.draft === "mtp") return mtpSpeculative(ctx, p);
     const { tokens, gammas } = p.speculative;
     const skipped: Skip[] = [];
     const notes: string[] = [];
@@ -143,11 +146,20 @@ export const speculative: Scenario = {
         if (g) speed.push({ run: String(r.config.draft), gamma: `γ=${g[1]}`, median: m.summary.median });
       }
     }
-    return [
-      barChart("acceptance", "Draft acceptance (greedy agreement with the target)", rows, "acceptance rate"),
-      barChart("speedup", "Measured speed-up over target-only decoding", speed, "× target speed", {
-        color: "gamma",
-      }),
-    ];
+    const drafts: ChartSpec[] =
+      rows.length + speed.length === 0
+        ? []
+        : [
+            barChart(
+              "acceptance",
+              "Draft acceptance (greedy agreement with the target)",
+              rows,
+              "acceptance rate",
+            ),
+            barChart("speedup", "Measured speed-up over target-only decoding", speed, "× target speed", {
+              color: "gamma",
+            }),
+          ];
+    return [...drafts, ...mtpCharts(result)];
   },
 };

@@ -4,12 +4,14 @@
  * `model.layers.0.linear_attn.conv1d.weight`), whatever the files hold:
  *
  * - "hf": Hugging Face safetensors (`model.language_model.*` or `model.*`). Checked against the config
- *   with ir's checkWeights, then sanitized as mlx-lm does: vision tower and MTP head dropped, depthwise
+ *   with ir's checkWeights, then sanitized as mlx-lm does: vision tower dropped, depthwise
  *   conv [C, 1, K] → [C, K, 1], `1 + w` added (in fp32) to the zero-centred norms (input/post-attention
  *   layernorm, final norm, q_norm, k_norm; never linear_attn.norm), fused experts split into
- *   switch_mlp.{gate,up}_proj, per-expert 2-D experts stacked.
+ *   switch_mlp.{gate,up}_proj, per-expert 2-D experts stacked. A complete multi-token-prediction
+ *   head (`mtp.*`, checked with ir's checkMtpWeights) stays under its own names, norms + 1 too.
  * - "mlx": a checkpoint mlx-lm (or saveMlxCheckpoint) wrote: already sanitized (norms carry the +1,
- *   conv is [C, K, 1]), possibly quantized (`.scales` / `.biases` beside the packed `.weight`).
+ *   conv is [C, K, 1]), possibly quantized (`.scales` / `.biases` beside the packed `.weight`);
+ *   mlx-lm drops the MTP head, so an MLX checkpoint has none.
  *
  * The format is detected like mlx-lm's sanitize does it, from the conv weights' layout, cross-checked
  * with the name prefix; a checkpoint whose two signals disagree is refused rather than risk applying
@@ -21,11 +23,14 @@ import { join } from "node:path";
 import type { DType } from "@anemll-qwen35/core";
 import {
   assertWeights,
+  checkMtpWeights,
   checkSafetensorsShape,
   checkWeights,
   INDEX_FILE,
+  mtpLayerCount,
   parseSafetensorsIndex,
   type Qwen35Config,
+  qwen35MtpParameters,
   qwen35Parameters,
   SafetensorsError,
   type TensorListing,
@@ -237,12 +242,21 @@ export interface MlxView {
   releaseLayer(i: number): void;
   /** The NaN/Inf check of the stored tensors of layer `i` (or the non-layer ones for i = -1). */
   finite(i: number): FiniteCheck;
+  /**
+   * Whether a complete MTP head (`mtp.*`) can be read through `get` (HF checkpoints of dense
+   * models); `mtpFinite()` checks its tensors, `releaseMtp()` lets them go.
+   */
+  readonly mtp: boolean;
+  mtpFinite(): FiniteCheck;
+  releaseMtp(): void;
   dispose(): void;
 }
 
+const isMtp = (name: string): boolean => name.startsWith("mtp.");
+/** The text-model layer a stored tensor belongs to, -1 for the others (never an MTP tensor's). */
 const layerOf = (name: string): number => {
   const m = /\.layers\.(\d+)\./.exec(name);
-  return m ? Number(m[1]) : -1;
+  return m && !isMtp(name) ? Number(m[1]) : -1;
 };
 
 /** MLX-format files: strip the `language_model.` prefix; everything else is already in place. */
@@ -261,6 +275,9 @@ function mlxView(raw: RawTensors): MlxView {
     has,
     releaseLayer: (i) => raw.release((n) => layerOf(n) === i),
     finite: (i) => raw.finite((n) => layerOf(n) === i),
+    mtp: false,
+    mtpFinite: () => raw.finite(() => false),
+    releaseMtp: () => {},
     dispose: () => raw.dispose(),
   };
 }
@@ -289,8 +306,25 @@ function hfView(raw: RawTensors, config: Qwen35Config): MlxView {
   );
   const E = config.moe?.numExperts ?? 0;
   const F = config.moe?.moeIntermediateSize ?? 0;
+  // The MTP head: read only when complete (a partial or odd head never stops the text model) and
+  // dense (the MoE head's experts are not wired up here).
+  const mtp =
+    !config.moe && mtpLayerCount(config) > 0 && checkMtpWeights(config, listing(raw), raw.dir).complete;
+  const mtpZeroCentred = new Set(
+    mtp
+      ? qwen35MtpParameters(config, { layers: mtpLayerCount(config) })
+          .filter((p) => p.zeroCentred)
+          .map((p) => p.canonical)
+      : [],
+  );
+  if (!mtp) raw.release(isMtp);
 
   const get = (name: string): MxArray | undefined => {
+    if (isMtp(name)) {
+      const a = raw.get(name);
+      if (a === undefined) return undefined;
+      return mtpZeroCentred.has(name) ? mx.add(mx.astype(a, "float32"), 1) : mx.reshape(a, a.shape);
+    }
     // Experts: fused [E, 2F, D] (gate rows first) or per-expert 2-D tensors → switch_mlp banks.
     const sw = /^model\.(layers\.\d+\.mlp)\.switch_mlp\.(gate|up|down)_proj\.weight$/.exec(name);
     if (sw) {
@@ -330,6 +364,9 @@ function hfView(raw: RawTensors, config: Qwen35Config): MlxView {
     },
     releaseLayer: (i) => raw.release((n) => layerOf(n) === i),
     finite: (i) => raw.finite((n) => layerOf(n) === i),
+    mtp,
+    mtpFinite: () => raw.finite(isMtp),
+    releaseMtp: () => raw.release(isMtp),
     dispose: () => raw.dispose(),
   };
 }
@@ -382,9 +419,9 @@ export async function openCheckpoint(dir: string, config: Qwen35Config): Promise
   const raw = new RawTensors(dir, files);
   try {
     const format = detectFormat(raw);
-    // Vision tower and MTP head are never used: drop their handles now.
+    // The vision tower is never used (nor is the MTP head of an MLX checkpoint): drop their handles now.
     raw.release(
-      (n) => n.startsWith("model.visual.") || n.startsWith("mtp.") || n.startsWith("vision_tower."),
+      (n) => n.startsWith("model.visual.") || n.startsWith("vision_tower.") || (format === "mlx" && isMtp(n)),
     );
     return format === "mlx" ? mlxView(raw) : hfView(raw, config);
   } catch (error) {

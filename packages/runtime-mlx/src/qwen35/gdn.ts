@@ -40,13 +40,19 @@ function normalizeQk(q: MxArray, k: MxArray, dk: number): [MxArray, MxArray] {
   ];
 }
 
-/** x [1, T, D] → [1, T, D] and the layer's new state (`state` undefined: start of sequence). */
+/**
+ * x [1, T, D] → [1, T, D] and the layer's new state (`state` undefined: start of sequence). With
+ * `perRow`, also the state after each of the T rows (`rows[j]`: after rows 0..j), for a
+ * speculative verify that commits only an accepted prefix: the recurrence then runs one row at a
+ * time, the same kernel call a decode step makes.
+ */
 export function gatedDeltaNet(
   cfg: Qwen35Config,
   w: GdnWeights,
   x: MxArray,
   state: GdnState | undefined,
-): { out: MxArray; state: GdnState } {
+  perRow = false,
+): { out: MxArray; state: GdnState; rows?: GdnState[] } {
   const [B, T] = x.shape;
   const {
     linearNumKeyHeads: Hk,
@@ -68,9 +74,28 @@ export function gatedDeltaNet(
   const v = mx.reshape(vf, [B, T, Hv, dv]);
   const beta = mx.sigmoid(b); // [B, T, Hv]
   const g = mx.computeG(w.aLog, a, w.dtBias); // [B, T, Hv], fp32
-  const { y, state: recurrent } = mx.gatedDeltaPrefill(q, k, v, g, beta, state?.recurrent);
+  let y: MxArray;
+  let recurrent: MxArray;
+  let rows: GdnState[] | undefined;
+  if (perRow) {
+    const ys: MxArray[] = [];
+    rows = [];
+    let S = state?.recurrent;
+    const row = (a: MxArray, t: number) => mx.slice(a, [0, t], [B, t + 1]);
+    for (let t = 0; t < T; t++) {
+      const r = mx.gatedDeltaPrefill(row(q, t), row(k, t), row(v, t), row(g, t), row(beta, t), S);
+      ys.push(r.y);
+      S = r.state;
+      // the last K-1 conv inputs after row t
+      rows.push({ conv: mx.contiguous(mx.slice(convIn, [0, t + 1], [B, t + K])), recurrent: S });
+    }
+    y = ys.length === 1 ? ys[0] : mx.concatenate(ys, 1);
+    recurrent = S!;
+  } else {
+    ({ y, state: recurrent } = mx.gatedDeltaPrefill(q, k, v, g, beta, state?.recurrent));
+  }
 
   const normed = mx.gatedRmsNorm(y, w.norm, mx.reshape(z, [B, T, Hv, dv]), cfg.rmsNormEps);
   const out = linear(w.out, mx.reshape(normed, [B, T, Hv * dv]));
-  return { out, state: { conv: nextConv, recurrent } };
+  return { out, state: { conv: nextConv, recurrent }, rows };
 }

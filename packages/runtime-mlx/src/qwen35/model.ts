@@ -32,8 +32,24 @@ export interface LayerWeights {
   readonly ffn: Ffn;
 }
 
+/** The multi-token-prediction head's weights (see mtp.ts). */
+export interface MtpWeights {
+  /** [D, 2D] over concat(embedding, hidden). */
+  readonly fc: Weight;
+  /** [D], 1 + w */
+  readonly preFcEmbedding: MxArray;
+  /** [D], 1 + w */
+  readonly preFcHidden: MxArray;
+  /** The head's full-attention decoder layer. */
+  readonly layer: LayerWeights;
+  /** [D], 1 + w */
+  readonly norm: MxArray;
+}
+
 export interface Qwen35Weights {
   readonly embed: Weight;
+  /** The multi-token-prediction head, when the checkpoint has one and it was loaded (see mtp.ts). */
+  readonly mtp?: MtpWeights;
   readonly layers: readonly LayerWeights[];
   /** [D], 1 + w */
   readonly norm: MxArray;
@@ -53,6 +69,10 @@ export interface ForwardOptions {
   readonly logits: "none" | "last" | "all";
   /** Receives the hidden states like HF's output_hidden_states: embedding output, after each layer but the last, after the final norm. */
   readonly hidden?: MxArray[];
+  /** Also return every row's hidden state after the final norm (what the MTP head reads). */
+  readonly normed?: boolean;
+  /** Return each GDN layer's state after every row too (a speculative verify). */
+  readonly perRow?: boolean;
 }
 
 export interface ForwardResult {
@@ -60,6 +80,10 @@ export interface ForwardResult {
   readonly logits: MxArray | undefined;
   /** The GDN layers' new state (undefined for attention layers). The KV caches are updated in place. */
   readonly gdn: (GdnState | undefined)[];
+  /** With `normed`: [1, T, D], every row after the final norm. */
+  readonly normed?: MxArray;
+  /** With `perRow`: per layer, the GDN state after each row (undefined for attention layers). */
+  readonly gdnRows?: (GdnState[] | undefined)[];
 }
 
 /** Runs ids [1, T] through the model (lazily: nothing is computed until evaluated). */
@@ -72,11 +96,18 @@ export function forward(
 ): ForwardResult {
   const h0 = embed(w.embed, ids); // [1, T, D]
   options.hidden?.push(h0);
-  const { h, gdn } = runLayers(cfg, w.layers, h0, state, options.hidden);
-  if (options.logits === "none") return { logits: undefined, gdn };
-  const normed = finalNorm(cfg, w, h, options.logits);
+  const { h, gdn, gdnRows } = runLayers(cfg, w.layers, h0, state, options.hidden, options.perRow);
+  // the norm is per row: norming every row, then taking the last, is the same as the other order
+  const all = options.normed ? mx.rmsNorm(h, w.norm, cfg.rmsNormEps) : undefined;
+  if (options.logits === "none") return { logits: undefined, gdn, normed: all, gdnRows };
+  const T = h.shape[1];
+  const normed = all
+    ? options.logits === "last" && T > 1
+      ? mx.slice(all, [0, T - 1], [1, T])
+      : all
+    : finalNorm(cfg, w, h, options.logits);
   options.hidden?.push(normed);
-  return { logits: linear(w.lmHead, normed), gdn };
+  return { logits: linear(w.lmHead, normed), gdn, normed: all, gdnRows };
 }
 
 /**
@@ -89,25 +120,29 @@ export function runLayers(
   h: MxArray,
   state: ForwardState,
   hidden?: MxArray[],
-): { h: MxArray; gdn: (GdnState | undefined)[] } {
+  perRow = false,
+): { h: MxArray; gdn: (GdnState | undefined)[]; gdnRows?: (GdnState[] | undefined)[] } {
   const gdn: (GdnState | undefined)[] = [];
+  const gdnRows: (GdnState[] | undefined)[] = [];
   layers.forEach((layer, i) => {
     const x = mx.rmsNorm(h, layer.inputNorm, cfg.rmsNormEps);
     let mixed: MxArray;
     if (layer.mixer.kind === "gdn") {
-      const r = gatedDeltaNet(cfg, layer.mixer.w, x, state.gdn[i]);
+      const r = gatedDeltaNet(cfg, layer.mixer.w, x, state.gdn[i], perRow);
       mixed = r.out;
       gdn.push(r.state);
+      gdnRows.push(r.rows);
     } else {
       mixed = attention(cfg, layer.mixer.w, x, state.kv[i]!);
       gdn.push(undefined);
+      gdnRows.push(undefined);
     }
     h = mx.add(h, mixed);
     const y = mx.rmsNorm(h, layer.postNorm, cfg.rmsNormEps);
     h = mx.add(h, layer.ffn.kind === "mlp" ? mlp(layer.ffn.w, y) : sparseMoe(cfg, layer.ffn.w, y));
     if (i < layers.length - 1) hidden?.push(h);
   });
-  return { h, gdn };
+  return { h, gdn, gdnRows: perRow ? gdnRows : undefined };
 }
 
 /** The final norm over the last position (logits "last") or every one; the head then gives logits. */

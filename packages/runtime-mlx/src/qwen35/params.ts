@@ -3,7 +3,13 @@
  * with their logical shapes from the config. They drive the validation of MLX-format checkpoints,
  * quantization at load, model building and saving.
  */
-import { type Qwen35Config, type Qwen35Parameter, qwen35Parameters } from "@anemll-qwen35/ir/checkpoint";
+import {
+  mtpLayerCount,
+  type Qwen35Config,
+  type Qwen35Parameter,
+  qwen35MtpParameters,
+  qwen35Parameters,
+} from "@anemll-qwen35/ir/checkpoint";
 
 /**
  * - linear / embedding / experts: a module `name` with `name.weight` (float), or quantized
@@ -75,4 +81,20 @@ export function paramSpecs(cfg: Qwen35Config, tied: boolean): ParamSpec[] {
     out.push({ ...common, name: mlxName(p), shape });
   }
   return out;
+}
+
+/**
+ * The multi-token-prediction head's parameters of a dense model (names as the checkpoint stores
+ * them, modules without `.weight`: `mtp.fc`, `mtp.layers.0.self_attn.q_proj`, `mtp.norm.weight`).
+ * Its layer k is numbered numHiddenLayers + k.
+ */
+export function mtpParamSpecs(cfg: Qwen35Config): ParamSpec[] {
+  return qwen35MtpParameters(cfg, { layers: mtpLayerCount(cfg) }).map((p) => ({
+    name: p.quantizable ? p.canonical.replace(/\.weight$/, "") : p.canonical,
+    kind: MLX_KIND[p.kind],
+    shape: p.shape,
+    layer: p.layer,
+    bits: p.mlxBits,
+    float32: p.float32 || undefined,
+  }));
 }

@@ -17,9 +17,9 @@ import type { FiniteCheck, MlxView } from "./checkpoint.js";
 import type { GdnWeights } from "./gdn.js";
 import { dense, type FusedLinear, type Weight, weightArrays } from "./linear.js";
 import type { MlpWeights } from "./mlp.js";
-import type { LayerWeights, Qwen35Weights } from "./model.js";
+import type { LayerWeights, MtpWeights, Qwen35Weights } from "./model.js";
 import type { MoeWeights } from "./moe.js";
-import { isQuantizable, type ParamSpec, paramSpecs } from "./params.js";
+import { isQuantizable, mtpParamSpecs, type ParamSpec, paramSpecs } from "./params.js";
 
 export interface QuantizeOptions {
   /** 4 or 8 (the MoE router and shared-expert gate always get 8, as in mlx-lm). */
@@ -33,6 +33,8 @@ export interface PrepareOptions {
   readonly dtype: Dtype;
   /** Quantize float weights at load. */
   readonly quantize?: QuantizeOptions;
+  /** Build the multi-token-prediction head when the view has one (default false). */
+  readonly mtp?: boolean;
 }
 
 const FLOATS: readonly Dtype[] = ["float32", "bfloat16", "float16"];
@@ -272,7 +274,7 @@ function buildLayer(
   specs: ParamSpec[],
   opts: PrepareOptions,
 ): LayerWeights {
-  const byName = new Map(specs.map((s) => [s.name.replace(/^model\.layers\.\d+\./, ""), s]));
+  const byName = new Map(specs.map((s) => [s.name.replace(/^(?:model|mtp)\.layers\.\d+\./, ""), s]));
   const p = (name: string) => readParam(view, byName.get(name)!, opts);
   const w = (name: string) => asWeight(p(name));
   const a = (name: string) => asArray(p(name));
@@ -348,9 +350,54 @@ export async function buildWeights(
   progress?: { onProgress?: (p: BuildProgress) => void; signal?: AbortSignal },
   layers: LayerRange = { start: 0, end: cfg.numHiddenLayers },
 ): Promise<Qwen35Weights> {
-  const parts = await buildParts(cfg, view, opts, progress, layers, true);
-  const g = parts.globals!;
-  return { embed: g.embedding, layers: parts.layers, norm: g.norm, lmHead: g.lmHead, tied: view.tied };
+  // The head first: its stored tensors are released before the layers' (whose numbers its names share).
+  const whole = layers.start === 0 && layers.end === cfg.numHiddenLayers;
+  const mtp = opts.mtp && view.mtp && whole ? await buildMtp(cfg, view, opts) : undefined;
+  view.releaseMtp();
+  try {
+    const parts = await buildParts(cfg, view, opts, progress, layers, true);
+    const g = parts.globals!;
+    return {
+      embed: g.embedding,
+      ...(mtp ? { mtp } : {}),
+      layers: parts.layers,
+      norm: g.norm,
+      lmHead: g.lmHead,
+      tied: view.tied,
+    };
+  } catch (error) {
+    if (mtp) mx.dispose([...new Set(collect(mtp))]);
+    throw error;
+  }
+}
+
+/** The MTP head's weights (dense models), cast and quantized like the text model's; evaluated. */
+async function buildMtp(cfg: Qwen35Config, view: MlxView, opts: PrepareOptions): Promise<MtpWeights> {
+  const specs = mtpParamSpecs(cfg);
+  const spec = (name: string) => specs.find((s) => s.name === name)!;
+  const head = mx.tidy(
+    (): MtpWeights => ({
+      fc: asWeight(readParam(view, spec("mtp.fc"), opts)),
+      preFcEmbedding: asArray(readParam(view, spec("mtp.pre_fc_norm_embedding.weight"), opts)),
+      preFcHidden: asArray(readParam(view, spec("mtp.pre_fc_norm_hidden.weight"), opts)),
+      layer: buildLayer(
+        cfg,
+        view,
+        specs.filter((s) => s.layer === cfg.numHiddenLayers),
+        opts,
+      ),
+      norm: asArray(readParam(view, spec("mtp.norm.weight"), opts)),
+    }),
+  );
+  const arrays = [...new Set(collect(head))];
+  mx.keep(arrays);
+  try {
+    await evalChecked(arrays, view.mtpFinite());
+  } catch (error) {
+    mx.dispose(arrays);
+    throw error;
+  }
+  return head;
 }
 
 /** The layers [start, end) alone: a later stage of a pipeline (see buildWeights). */

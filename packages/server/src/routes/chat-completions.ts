@@ -31,6 +31,7 @@ export function registerChatCompletions(app: FastifyInstance, ctx: RouteContext)
           t.sse.send(chunk(delta, finish));
         };
         const result = await generate(served.model, served.tokenizer, {
+          ...served.speculation,
           prompt: plan.promptIds,
           tools: plan.tools,
           maxTokens: plan.maxTokens,

@@ -22,6 +22,7 @@ export function registerCompletions(app: FastifyInstance, ctx: RouteContext): vo
         const sse = t.sse;
         if (sse && plan.echo) sse.send(chunk(plan.echo));
         const result = await generate(served.model, served.tokenizer, {
+          ...served.speculation,
           prompt: plan.promptIds,
           maxTokens: plan.maxTokens,
           sampling: plan.sampling,

@@ -39,11 +39,28 @@ export interface Turn {
 
 /** OpenAI's usage object for a finished generation (cached_tokens: restored from the prompt cache). */
 export function usage(r: GenerationResult) {
+  const s = r.stats.speculative;
   return {
     prompt_tokens: r.stats.promptTokens,
     completion_tokens: r.stats.generatedTokens,
     total_tokens: r.stats.promptTokens + r.stats.generatedTokens,
     prompt_tokens_details: { cached_tokens: r.stats.cachedTokens },
+    // speculative decoding: OpenAI's predicted-output counts for the drafts, and the rounds
+    ...(s
+      ? {
+          completion_tokens_details: {
+            accepted_prediction_tokens: s.acceptedTokens,
+            rejected_prediction_tokens: s.draftTokens - s.acceptedTokens,
+          },
+          speculative: {
+            draft_tokens: s.draftTokens,
+            accepted_tokens: s.acceptedTokens,
+            verify_calls: s.calls,
+            acceptance_rate: s.acceptanceRate,
+            tokens_per_call: s.tokensPerCall,
+          },
+        }
+      : {}),
   };
 }
 
