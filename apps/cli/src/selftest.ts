@@ -19,7 +19,7 @@ import {
   coreMLAvailability,
   loadCoreMLAddon,
 } from "@anemll-qwen35/coreml";
-import { type CostReport, costplan } from "@anemll-qwen35/costplan";
+import { type CostReport, costplan, workOf } from "@anemll-qwen35/costplan";
 import { loadTokenizer } from "@anemll-qwen35/generate";
 import { argmax, cosine, maxAbsDiff } from "@anemll-qwen35/ir/checkpoint";
 import { loadModel } from "@anemll-qwen35/models";
@@ -483,6 +483,8 @@ export async function runSelftest(o: SelftestOptions): Promise<SelftestReport> {
                 package: p.name,
                 measuredMs: p.prediction.measuredMs,
                 estimatedMs: p.prediction.estimatedMs,
+                // what `costplan calibrate --from` fits this measurement with
+                work: workOf(r, p.name),
               })),
             });
           }

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
@@ -43,7 +43,50 @@ describe("costplan", () => {
       const saved = JSON.parse(readFileSync(join(work, "j.json"), "utf8"));
       expect(saved.computeUnits).toBe("cpuOnly");
       expect(saved.notes.join(" ")).toMatch(/calibration: none/);
+
+      // calibrate from a report whose predictions were "measured" 1.5× slower, then plan with it
+      const measured = JSON.parse(readFileSync(join(work, "a.json"), "utf8"));
+      expect(measured.packages.some((p: { name: string }) => /embed/.test(p.name))).toBe(false); // read on the host
+      for (const p of measured.packages) p.prediction.measuredMs = p.prediction.estimatedMs * 1.5;
+      writeFileSync(join(work, "m.json"), JSON.stringify(measured));
+      const cal = await cli(
+        "costplan",
+        "calibrate",
+        "--from",
+        join(work, "m.json"),
+        "-o",
+        join(work, "cal.json"),
+      );
+      expect(cal.code, cal.stderr).toBe(0);
+      expect(cal.stdout).toMatch(/fitted on \d+ measurements/);
+      expect(cal.stdout).toMatch(/leave-one-out/);
+      expect(JSON.parse(readFileSync(join(work, "cal.json"), "utf8")).schema).toBe(
+        "anemll-qwen35.costplan-calibration",
+      );
+      const withCal = await cli(
+        "costplan",
+        join(work, "128"),
+        "--calibration",
+        join(work, "cal.json"),
+        "-j",
+        join(work, "c.json"),
+      );
+      expect(withCal.code, withCal.stderr).toBe(0);
+      expect(withCal.stdout).toMatch(/band/);
+      const planned = JSON.parse(readFileSync(join(work, "c.json"), "utf8"));
+      // the fit reproduces the measurements it was given
+      const ratio =
+        planned.totals.estimatedMs /
+        measured.packages.reduce(
+          (s: number, p: { prediction: { measuredMs: number } }) => s + p.prediction.measuredMs,
+          0,
+        );
+      expect(ratio).toBeGreaterThan(0.8);
+      expect(ratio).toBeLessThan(1.25);
+      const missing = await cli("costplan", join(work, "128"), "--calibration", join(work, "nope.json"));
+      expect(missing.code).not.toBe(0);
+      expect(missing.stderr).toMatch(/nope\.json/);
     },
-    timeLimit(120_000),
+    timeLimit(180_000),
   );
 });

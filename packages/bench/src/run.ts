@@ -33,6 +33,10 @@ export interface RunScenarioOptions {
   tokens?: number;
   /** Seconds per window of the parallel and pairing scenarios, replacing the scale's. */
   seconds?: number;
+  /** The agent scenario's conversion ctx (default 4096; capped by a model's max positions). */
+  ctx?: number;
+  /** A `costplan calibrate` file for the agent scenario's ANE projections. */
+  calibration?: string;
   /** ANE backend (default "auto": Core ML where available, else the reference interpreter). */
   ane?: AneBackendChoice;
   /** Leave the MLX side out. */
@@ -63,6 +67,8 @@ export function reproduceCommand(name: ScenarioName, o: RunScenarioOptions): str
   if (o.model) parts.push("--model", o.model);
   if (o.tokens) parts.push("--tokens", String(o.tokens));
   if (o.seconds) parts.push("--seconds", String(o.seconds));
+  if (o.ctx) parts.push("--ctx", String(o.ctx));
+  if (o.calibration) parts.push("--calibration", o.calibration);
   if (o.ane && o.ane !== "auto") parts.push("--ane", o.ane);
   if (o.noMlx) parts.push("--no-mlx");
   if (o.draft && o.draft !== "model") parts.push("--draft", o.draft);
@@ -83,6 +89,9 @@ export async function runScenario(name: string, o: RunScenarioOptions = {}): Pro
   if (o.tokens !== undefined && (!Number.isInteger(o.tokens) || o.tokens < 1)) {
     throw new BenchOptionError("--tokens", `must be a positive integer, got ${o.tokens}`);
   }
+  if (o.ctx !== undefined && (!Number.isInteger(o.ctx) || o.ctx < 1)) {
+    throw new BenchOptionError("--ctx", `must be a positive integer, got ${o.ctx}`);
+  }
   if (o.seconds !== undefined && !(o.seconds > 0)) {
     throw new BenchOptionError("--seconds", `must be a positive number, got ${o.seconds}`);
   }
@@ -94,7 +103,13 @@ export async function runScenario(name: string, o: RunScenarioOptions = {}): Pro
   const startedAt = new Date().toISOString();
   const machine = describeMachine();
   log(`${name} (${scale}): preparing the models (a first full-scale run converts them: minutes)…`);
-  const params = scaleParams(scale, { model: o.model, tokens: o.tokens, seconds: o.seconds });
+  const params = scaleParams(scale, {
+    model: o.model,
+    tokens: o.tokens,
+    seconds: o.seconds,
+    ctx: o.ctx,
+    calibration: o.calibration,
+  });
   const out = await scenario.run(
     { params, ane: o.ane ?? "auto", noMlx: o.noMlx ?? false, draft: o.draft, log, signal: o.signal },
     params,

@@ -4,12 +4,54 @@
  * the synthetic 0.8B (real shapes, random weights) with bounded token counts, because the
  * reference interpreter decodes 0.8B at about one token per second.
  */
-import { fixtureModel, type ModelSpec, scaledSyntheticModel, syntheticModel, userModel } from "./models.js";
+import {
+  fixtureDir,
+  fixtureModel,
+  type ModelSpec,
+  scaledSyntheticModel,
+  syntheticModel,
+  userModel,
+} from "./models.js";
 import type { Scale } from "./schema.js";
 
 /** How the MLX side of the pairing loads its weights. */
 export type MlxVariant = "4bit" | "8bit" | "bf16";
 export const MLX_VARIANTS: readonly MlxVariant[] = ["4bit", "8bit", "bf16"];
+
+/** The agent scenario's conversation (scenarios/agent.ts). */
+export interface AgentScript {
+  readonly turns: number;
+  readonly toolResultTokens: number;
+  readonly maxTokens: number;
+  /** The tools offered (the first `tools` of AGENT_TOOLS). */
+  readonly tools: number;
+}
+
+export interface AgentModel {
+  readonly spec: ModelSpec;
+  /** Tokenizer folder for `serve --tokenizer` (synthetic checkpoints have none). */
+  readonly tokenizer?: string;
+  readonly script: AgentScript;
+  /** MLX load quantization (as the other scenarios: 4-bit for the 0.8B). */
+  readonly mlxBits?: 4 | 8;
+}
+
+export interface AgentParams {
+  readonly ctx: number;
+  readonly models: readonly AgentModel[];
+  /** Models projected on the ANE: a name and a one-super-block (or whole) checkpoint, × superBlocks. */
+  readonly projections: readonly {
+    readonly name: string;
+    readonly spec: ModelSpec;
+    readonly superBlocks?: number;
+  }[];
+  readonly body: string;
+  readonly lmHead: string;
+  /** A `costplan calibrate` file for the projections (default: costplan's fit). */
+  readonly calibration?: string;
+  /** The script the projections cost (its token counts built from the first chain run). */
+  readonly projectScript: AgentScript;
+}
 
 export interface ScaleParams {
   readonly scale: Scale;
@@ -47,6 +89,8 @@ export interface ScaleParams {
     readonly seconds: number;
     readonly variants: readonly MlxVariant[];
   };
+  /** The agent conversation: models served, its script, the ANE projections. */
+  readonly agent: AgentParams;
 }
 
 export interface ScaleOverrides {
@@ -56,10 +100,54 @@ export interface ScaleOverrides {
   readonly tokens?: number;
   /** Seconds per parallel / pairing window replacing the scale's. */
   readonly seconds?: number;
+  /** The agent scenario's conversion ctx (default 4096, capped by a model's max positions). */
+  readonly ctx?: number;
+  /** A `costplan calibrate` file for the agent scenario's projections (default: costplan's fit). */
+  readonly calibration?: string;
+}
+
+/** The agent's script: 8 tools, 4 turns of 300-token tool results (reduced at smoke scale). */
+const AGENT_FULL = { turns: 4, toolResultTokens: 300, maxTokens: 16, tools: 8 } as const;
+const SMOKE = { turns: 3, toolResultTokens: 24, maxTokens: 3, tools: 2 } as const;
+
+function agentParams(scale: Scale, ctx: number | undefined): AgentParams {
+  const trained = fixtureModel("tiny-trained");
+  if (scale === "smoke")
+    return {
+      ctx: ctx ?? 1024,
+      body: "lut4",
+      lmHead: "lut4",
+      models: [{ spec: trained, script: SMOKE }],
+      projectScript: SMOKE,
+      projections: [{ name: "tiny-trained", spec: trained }],
+    };
+  // the synthetic checkpoints have no tokenizer: tiny-trained's serves them (only token counts matter)
+  const tokenizer = fixtureDir("tiny-trained");
+  return {
+    ctx: ctx ?? 4096,
+    body: "lut4",
+    lmHead: "lut4",
+    models: [
+      { spec: trained, script: AGENT_FULL },
+      // the interpreter runs the 0.8B at about a token a second on two quiet cores (far slower on a
+      // shared machine): 2 tools, 2 turns of 64-token results, 2 tokens a reply
+      {
+        spec: syntheticModel("0.8b"),
+        tokenizer,
+        script: { turns: 2, toolResultTokens: 64, maxTokens: 2, tools: 2 },
+        mlxBits: 4,
+      },
+    ],
+    projectScript: AGENT_FULL,
+    projections: [
+      { name: "0.8b", spec: syntheticModel("0.8b") },
+      { name: "9b", spec: scaledSyntheticModel("9b", { layers: 4 }), superBlocks: 8 },
+    ],
+  };
 }
 
 export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
-  const base: ScaleParams =
+  const base: Omit<ScaleParams, "agent"> =
     scale === "smoke"
       ? {
           scale,
@@ -131,5 +219,6 @@ export function scaleParams(scale: Scale, o: ScaleOverrides = {}): ScaleParams {
     ...(o.tokens ? { decodeSteps: o.tokens } : {}),
     ...(o.seconds ? { parallelSeconds: o.seconds } : {}),
     pairing,
+    agent: { ...agentParams(scale, o.ctx), calibration: o.calibration },
   };
 }

@@ -23,6 +23,7 @@ export const SCENARIOS = [
   "expert-skip",
   "fp32-islands",
   "kv-expand",
+  "agent",
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 

@@ -23,7 +23,12 @@ import { availableParallelism } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { numel } from "@anemll-qwen35/core";
 import type { ChainManifest, ChainManifestComponent } from "@anemll-qwen35/ir/chain";
-import { Qwen35Checkpoint, resolveModelRef, writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
+import {
+  checkMtpWeights,
+  Qwen35Checkpoint,
+  resolveModelRef,
+  writeFileAtomic,
+} from "@anemll-qwen35/ir/checkpoint";
 import { digestMlPackage, MlPackageWriter } from "@anemll-qwen35/ir/mil";
 import { ConvertInterruptedError } from "./errors.js";
 import { assertConvertible, buildComponent } from "./graph/component.js";
@@ -75,6 +80,8 @@ function componentWork(quant: QuantPlan, c: PlannedComponent): number {
     const t = quant.tensor(canonical);
     return numel(t.shape) * workPerElement(t.encoding);
   };
+  if (c.kind === "mtp")
+    return quant.tensors.reduce((n, t) => (t.canonical.startsWith("mtp.") ? n + work(t.canonical) : n), 0);
   if (c.kind !== "superblocks") return work(c.kind);
   const [start, end] = c.layers;
   return quant.tensors.reduce((n, t) => (t.layer >= start && t.layer < end ? n + work(t.canonical) : n), 0);
@@ -162,6 +169,8 @@ interface Conversion {
   readonly pool: KmeansPool | undefined;
   readonly progress: Progress;
   readonly log: (line: string) => void;
+  /** Drafts per verify call of the MTP head's chain (0: converted without the head). */
+  readonly verifyTokens: number;
   /** Every encoded weight so far. */
   readonly weights: WeightEncodingReport[];
   /** Finished packages, and finished weights of the one being built when interrupted. */
@@ -191,6 +200,7 @@ async function buildPackage(
       state: r.state,
       attention: r.attention,
       prefillBatch: c.kind === "superblocks" ? r.prefillBatch : 0,
+      verifyTokens: c.kind === "superblocks" || c.kind === "lm_head" ? run.verifyTokens : 0,
       gdnPrefill: r.gdnPrefill,
       quant: run.quant,
       argmax: r.argmax,
@@ -220,6 +230,7 @@ async function buildPackage(
       io: built.io,
       ...(built.prefill ? { prefill: built.prefill } : {}),
       ...(built.functions ? { functions: built.functions } : {}),
+      ...(built.verify ? { verify: built.verify } : {}),
     };
     const reused = [...journal.reused];
     await journal.discard();
@@ -278,6 +289,26 @@ async function writePackages(
   return { components, skipped, reusedWeights };
 }
 
+/**
+ * Whether the conversion keeps the checkpoint's MTP head: when it has `mtp.*` tensors and they are
+ * exactly the one-layer head its config implies. A partial or odd head is left out — silently by
+ * default (the folder is then what it was before heads were kept), with a log line saying why
+ * when `mtp: true` was asked for.
+ */
+function keepsMtpHead(ck: Qwen35Checkpoint, asked: boolean, log: (line: string) => void): boolean {
+  const report = checkMtpWeights(ck.config, ck.tensors, ck.dir);
+  if (report.complete && report.layers === 1) return true;
+  if (!asked) return false;
+  const why = !report.present
+    ? "the checkpoint has no mtp.* tensors"
+    : (report.problems[0]?.message ??
+      (report.unexpected.length ? `unexpected ${report.unexpected[0]}` : `${report.layers} layers`));
+  log(
+    `warning: no MTP head in this conversion (${why}); speculative decoding needs a complete one-layer head`,
+  );
+  return false;
+}
+
 export async function convert(options: ConvertOptions): Promise<ConvertResult> {
   const started = performance.now();
   let resolved = resolveConvertOptions(options);
@@ -295,7 +326,8 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     await using ck = await Qwen35Checkpoint.open(dir);
     assertConvertible(ck);
     resolved = fitConvertToModel(resolved, ck.config);
-    const quant = planQuant(ck.config, resolved.quant);
+    const mtp = resolved.mtp && keepsMtpHead(ck, options.mtp === true, log);
+    const quant = planQuant(ck.config, resolved.quant, { mtp });
     checkConvertForModel(resolved, ck.config, quant);
     const eos = await eosTokenIds(dir, ck.config.eosTokenIds);
     await checkTokenizerFiles(dir, ck.config, eos, log);
@@ -318,7 +350,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
       : undefined;
     const r = lmHeadSplit ? { ...resolved, lmHeadMaxRows: lmHeadSplit.maxRows } : resolved;
 
-    const planOptions = { fuse: r.fuse, budgetBytes: r.budgetBytes, quant };
+    const planOptions = { fuse: r.fuse, budgetBytes: r.budgetBytes, quant, mtp };
     const plan = planComponents(ck.config, planOptions);
     for (const w of planWarnings(plan, planOptions)) log(w);
     const work = new Map(plan.map((c) => [c.name, componentWork(quant, c)]));
@@ -331,8 +363,24 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     await prepareOutput(out, options.resume ?? false);
     const weights: WeightEncodingReport[] = [];
     pool = options.workers === 1 ? undefined : new KmeansPool(options.workers ?? availableParallelism());
-    const run: Conversion = { ck, r, quant, partial, options, pool, progress, log, weights, finished };
-    const { components, skipped, reusedWeights } = await writePackages(run, plan, work, configSha);
+    const verifyTokens = mtp ? r.verifyTokens : 0;
+    const run: Conversion = {
+      ck,
+      r,
+      quant,
+      partial,
+      options,
+      pool,
+      progress,
+      log,
+      verifyTokens,
+      weights,
+      finished,
+    };
+    const written = await writePackages(run, plan, work, configSha);
+    const { skipped, reusedWeights } = written;
+    const components = written.components.filter((c) => c.kind !== "mtp");
+    const head = written.components.find((c) => c.kind === "mtp");
 
     const tokenizerFiles = await copyChainFiles(dir, partial);
     const manifest = chainManifest({
@@ -345,6 +393,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
       plan: quant,
       lmHeadSplit,
       components,
+      speculative: head && { draftTokens: verifyTokens, mtp: head },
       tokenizerFiles,
       eosTokenIds: eos,
     });

@@ -79,6 +79,8 @@ export interface ManifestInputs {
   readonly plan: QuantPlan;
   readonly lmHeadSplit?: LmHeadSplit;
   readonly components: readonly ChainManifestComponent[];
+  /** The MTP head's package and the drafts per verify call (absent: converted without the head). */
+  readonly speculative?: { readonly draftTokens: number; readonly mtp: ChainManifestComponent };
   readonly tokenizerFiles: readonly string[];
   readonly eosTokenIds: readonly number[];
 }
@@ -115,6 +117,7 @@ export function chainManifest(m: ManifestInputs): ChainManifest {
     argmax: r.argmax,
     lmHeadSplit: m.lmHeadSplit,
     components: [...m.components],
+    ...(m.speculative ? { speculative: m.speculative } : {}),
     tokenizer: {
       files: [...m.tokenizerFiles],
       eosTokenIds: [...m.eosTokenIds],

@@ -61,6 +61,9 @@ export function defaultBuckets(ctx: number): number[] {
 }
 /** Tokens per prefill call (ANEMLL's batch; costplan: notes/prefill-gdn-forms.md). */
 export const DEFAULT_PREFILL_BATCH = 64;
+/** Drafts one verify call takes by default, and at most (the head's acceptance falls with depth). */
+export const DEFAULT_VERIFY_TOKENS = 2;
+export const MAX_VERIFY_TOKENS = 4;
 /** Largest package (single ANE blobs of ~2 GB fell back to the CPU in the reference study). */
 export const DEFAULT_BUDGET_BYTES = 1.5e9;
 /** Vocabulary rows per lm_head piece: the ANE's per-dimension limit. */
@@ -99,6 +102,14 @@ export interface ConvertOptions {
   prefillBatch?: number;
   /** The prefill function's Gated DeltaNet form: "chunked" (default, WY) or "scan" (graph/gdn-chunked.ts). */
   gdnPrefill?: GdnPrefillForm;
+  /**
+   * Keep the checkpoint's multi-token-prediction head (default true: when it has `mtp.*` tensors):
+   * an `mtp` package and a verify function of `verifyTokens` + 1 rows in every super-block and
+   * lm_head package, for speculative decoding (model.json's `speculative`). false leaves it out.
+   */
+  mtp?: boolean;
+  /** Most draft tokens one verify call takes, 1 … 4 (default 2; graph/superblock-io.ts). */
+  verifyTokens?: number;
   /**
    * How each weight is stored: a preset and rules (quant/policy.ts), as text
    * ("default,gdn.in_proj_qkv=lut8") or parsed. Default: the preset "default" (DEFAULT_QUANT_RULES).
@@ -157,7 +168,9 @@ export interface ConvertProgress {
 export type ComponentSpec =
   | { readonly kind: "embed" }
   | { readonly kind: "superblocks"; readonly first: number; readonly count: number }
-  | { readonly kind: "lm_head" };
+  | { readonly kind: "lm_head" }
+  /** The MTP head (graph/mtp.ts). */
+  | { readonly kind: "mtp" };
 
 export interface BuildOptions {
   /** Context length: KV rows per attention layer and RoPE table rows (positions 0..ctx-1). Required. */
@@ -193,6 +206,11 @@ export interface BuildOptions {
   readonly gdnPrefill?: GdnPrefillForm;
   /** Tokens per WY sub-chunk of the chunked form (default 16; a divisor of the batch is used). */
   readonly wyChunk?: number;
+  /**
+   * Super-blocks and lm_head: a `verify` function of verifyTokens + 1 rows beside the others (the
+   * MTP head's drafts and the token before them, scored in one call); 0 (default): none.
+   */
+  readonly verifyTokens?: number;
   /** Receives large constants as they are made (an MlPackageWriter's `blobs`). */
   readonly blobSink?: BlobSink;
   /** Called once per encoded weight with its reconstruction error. */
@@ -224,6 +242,7 @@ export interface ResolvedOptions {
   readonly prefillBatch: number;
   readonly gdnPrefill: GdnPrefillForm;
   readonly wyChunk: number;
+  readonly verifyTokens: number;
 }
 
 /** A conversion's options, checked and filled in (checkConvertForModel checks them against the model). */
@@ -239,6 +258,10 @@ export interface ResolvedConvert {
   readonly attention: AttentionForm;
   readonly prefillBatch: number;
   readonly gdnPrefill: GdnPrefillForm;
+  /** Keep the MTP head if the checkpoint has one (checkConvertForModel; convert decides with the checkpoint). */
+  readonly mtp: boolean;
+  /** Drafts per verify call (the verify functions have verifyTokens + 1 rows). */
+  readonly verifyTokens: number;
   /** The policy as written down (preset, shorthands, rules) and the rules it resolves to. */
   readonly quantSpec: QuantSpec;
   readonly quant: QuantPolicy;
@@ -329,13 +352,14 @@ export function resolveBuildOptions(
     prefillBatch: options.prefillBatch ?? 0,
     gdnPrefill: options.gdnPrefill ?? "chunked",
     wyChunk: options.wyChunk ?? DEFAULT_WY_CHUNK,
+    verifyTokens: options.verifyTokens ?? 0,
   };
   check(oneOfProblem(o.dtype, ["fp16", "fp32"]), graphError("dtype"));
   check(oneOfProblem(o.state, ["io", "mlstate"]), graphError("state"));
   check(oneOfProblem(o.attention, ATTENTION_CORES), graphError("attention"));
   check(integerProblem(o.lmHeadMaxRows, 1), graphError("lmHeadMaxRows"));
   check(integerProblem(o.mlpMaxChannels, 1), graphError("mlpMaxChannels"));
-  const quant = asQuantPlan(config, options.quant);
+  const quant = asQuantPlan(config, options.quant, { mtp: spec.kind === "mtp" });
   const { groupSize } = quant.policy;
   if (groupSize !== undefined) check(integerProblem(groupSize, 1), graphError("quant.groupSize"));
   const buckets = options.buckets ?? [ctx];
@@ -343,6 +367,7 @@ export function resolveBuildOptions(
   check(prefillProblem(o.prefillBatch, buckets[0]), graphError("prefillBatch"));
   check(oneOfProblem(o.gdnPrefill, GDN_PREFILL_FORMS), graphError("gdnPrefill"));
   check(integerProblem(o.wyChunk, 1), graphError("wyChunk"));
+  check(integerProblem(o.verifyTokens, 0, MAX_VERIFY_TOKENS, " (none)"), graphError("verifyTokens"));
   checkSpec(config, spec);
   // a prefill chunk writes all T rows from its position: T − 1 spare rows let one start at ctx − 1
   const kvRows = ctx + (o.prefillBatch > 0 ? o.prefillBatch - 1 : 0);
@@ -359,9 +384,9 @@ function checkSpec(config: Qwen35Config, spec: ComponentSpec): void {
         `super-blocks ${spec.first}..${spec.first + spec.count - 1} are outside the model's ${n} (0..${n - 1})`,
       );
     }
-  } else if (spec.kind !== "embed" && spec.kind !== "lm_head") {
+  } else if (spec.kind !== "embed" && spec.kind !== "lm_head" && spec.kind !== "mtp") {
     check(
-      oneOfProblem((spec as { kind: unknown }).kind, ["embed", "superblocks", "lm_head"]),
+      oneOfProblem((spec as { kind: unknown }).kind, ["embed", "superblocks", "lm_head", "mtp"]),
       graphError("spec.kind"),
     );
   }
@@ -424,6 +449,8 @@ export function resolveConvertOptions(o: ConvertOptions): ResolvedConvert {
     o.lmHeadMaxRows === "auto" ? DEFAULT_LM_HEAD_MAX_ROWS : (o.lmHeadMaxRows ?? DEFAULT_LM_HEAD_MAX_ROWS);
   check(integerProblem(lmHeadMaxRows, 1), convertError("lmhead-rows"));
   if (o.workers !== undefined) check(integerProblem(o.workers, 1), convertError("workers"));
+  const verifyTokens = o.verifyTokens ?? DEFAULT_VERIFY_TOKENS;
+  check(integerProblem(verifyTokens, 1, MAX_VERIFY_TOKENS), convertError("verify-tokens"));
   const quantSpec = resolveQuantSpec(o);
   return {
     ctx,
@@ -436,6 +463,8 @@ export function resolveConvertOptions(o: ConvertOptions): ResolvedConvert {
     attention,
     prefillBatch,
     gdnPrefill,
+    mtp: o.mtp ?? true,
+    verifyTokens,
     quantSpec,
     quant: { rules: specRules(quantSpec), groupSize },
     argmax: o.argmax ?? false,

@@ -14,6 +14,8 @@ export interface PlanOptions {
   budgetBytes: number;
   /** How each weight is stored (sizes follow it tensor by tensor): planQuant(config, policy). */
   quant: QuantPlan;
+  /** Add the MTP head's package (model.json's speculative.mtp), after the lm_head. */
+  mtp?: boolean;
 }
 
 export type PlannedComponent =
@@ -30,7 +32,7 @@ export type PlannedComponent =
       readonly estimatedBytes: number;
     }
   | {
-      readonly kind: "lm_head";
+      readonly kind: "lm_head" | "mtp";
       readonly name: string;
       readonly file: string;
       readonly estimatedBytes: number;
@@ -91,6 +93,13 @@ export function planComponents(config: Qwen35Config, options: PlanOptions): Plan
     file: "lm_head.mlpackage",
     estimatedBytes: options.quant.tensor("lm_head").bytes,
   });
+  if (options.mtp) {
+    const bytes = options.quant.tensors.reduce(
+      (n, t) => (t.canonical.startsWith("mtp.") ? n + t.bytes : n),
+      0,
+    );
+    out.push({ kind: "mtp", name: "mtp", file: "mtp.mlpackage", estimatedBytes: bytes });
+  }
   return out;
 }
 
@@ -123,7 +132,7 @@ export function planWarnings(plan: readonly PlannedComponent[], options: PlanOpt
     );
   }
   for (const c of over) {
-    if (c.kind === "superblocks") continue;
+    if (c.kind === "superblocks" || c.kind === "mtp") continue;
     const q = options.quant.tensor(c.kind === "embed" ? "embed" : "lm_head").encoding;
     const advice =
       q.kind !== "none"

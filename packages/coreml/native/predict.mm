@@ -78,6 +78,12 @@ bool BindState(ModelCore& core, StateCore& st, int64_t position, NSMutableDictio
   };
   for (Carried& c : st.carried) {
     if (!hasInput(c.input)) continue;
+    if (core.outputShapes.count(c.output) == 0) {
+      // read here, written by another function of the package (an MTP chain's per-row GDN states,
+      // which only its verify function returns): bound as it is and left unchanged
+      features[ToNS(c.input)] = [MLFeatureValue featureValueWithMultiArray:c.buf[c.cur]];
+      continue;
+    }
     const std::vector<int64_t>* os = outShape(c.output, c.dtype);
     if (!os || *os != c.shape) {
       *err = "the model has no " + std::string(DTypeName(c.dtype)) + " output " + c.output + " " + ShapeText(c.shape) +

@@ -23,25 +23,29 @@
  * Not fitted (9B stand-ins; a different Obj-C harness): 9B super-block 6.64 ms p50, 9B LUT6 lm_head
  * 7.38 ms, 9B end-to-end 11.39 tok/s.
  *
- * Fit: least squares of ln(predicted / measured) over the fitted rows, grid search then a finer
- * grid, the fraction kept in (0, 1]. Also: each fitted row predicted from a fit on the other four
- * (leave-one-out), and the two-figure model without the I/O term on the same rows, for comparison.
- * Writes bench/results/calibration.json; copy `fitted` into src/calibration.ts (a test compares).
+ * Fit: src/fit.ts's fitCalibration — the same code `anemll-qwen35 costplan calibrate --from` runs —
+ * on these rows, written first as a measurements file (bench/results/study-measurements.json, so
+ * `costplan calibrate --from` reproduces this fit). Also: each fitted row predicted from a fit on
+ * the other four (leave-one-out), the model without the I/O and ctx terms for comparison, and the
+ * ctx sweep the fit projects for one 0.8B super-block (ctx 128 … 4096).
+ * Writes bench/results/calibration.json (a calibration file `--calibration` takes); copy its
+ * figures into src/calibration.ts (a test compares).
  */
-import { mkdir, rename, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type MlModel, readMlPackage } from "@anemll-qwen35/ir/mil";
+import { calibrationFile } from "../src/fit.js";
 import {
+  type CalibrationSample,
   CHIPS,
   type ChainInput,
   type CostReport,
   costplan,
-  DEFAULT_RUNTIME,
-  opTime,
-  type RuntimeFigures,
-  retime,
+  fitCalibration,
+  MEASUREMENTS_SCHEMA,
+  samplesFromReport,
 } from "../src/index.js";
+import { writeJsonAtomic } from "../src/units.js";
 import { buildLmHead, buildStandInChain, buildSuperBlocks, QWEN35_9B, QWEN35_08B } from "./qwen35-standin.js";
 
 const chip = CHIPS["m4-pro"];
@@ -220,118 +224,21 @@ const SCENARIOS: Scenario[] = [
 const measuredMs = (s: Scenario) => (s.unit === "tok/s" ? 1000 / s.measured : s.measured);
 const toUnit = (s: Scenario, ms: number) => (s.unit === "tok/s" ? 1000 / ms : ms);
 
-/** The scenario's metric from a report, in ms. */
-function reportMs(s: Scenario, r: CostReport): number {
-  if (s.metric === "msPerToken") return r.chain?.estimatedMsPerToken ?? r.totals.estimatedMs;
-  const p = r.packages[0].prediction.estimatedMs;
-  return s.metric === "packageMsPerSuperBlock" ? p / (s.perSuperBlock ?? 1) : p;
-}
-
-/**
- * The same model, reduced per scenario to what the fitted figures touch:
- * T(d, f, k) = fixed + predictions·d + Σ_ANE max(FLOPs/peak, bytes/(bw·f)) + ioMB·k, per SB if asked.
- */
-interface Evaluator {
-  readonly predictions: number;
-  readonly fixedMs: number;
-  readonly ioMB: number;
-  readonly aneOps: { readonly flops: number; readonly bytes: number }[];
-  readonly divisor: number;
-  readonly aneByFraction: Map<number, number>;
-}
-
-function evaluator(s: Scenario, r: CostReport): Evaluator {
-  let fixedMs = 0;
-  let ioMB = 0;
-  const aneOps: { flops: number; bytes: number }[] = [];
-  for (const p of r.packages) {
-    const f = p.functions.find((x) => x.name === p.decodeFunction) ?? p.functions[0];
-    fixedMs += f.summary.switchMs;
-    ioMB += f.io ? (f.io.inputBytes + f.io.outputBytes) / 1e6 : 0;
-    for (const op of f.ops) {
-      if (op.device === "load") continue;
-      const bytes =
-        op.bytesRead.weights +
-        op.bytesRead.activations +
-        op.bytesRead.state +
-        op.bytesWritten.activations +
-        op.bytesWritten.state;
-      if (op.device === "ANE") {
-        if (op.flops > 0 || bytes > 0) aneOps.push({ flops: op.flops, bytes });
-      } else fixedMs += op.estimatedMs; // CPU/GPU ops do not depend on the fitted figures
-    }
-  }
-  const divisor = s.metric === "packageMsPerSuperBlock" ? (s.perSuperBlock ?? 1) : 1;
-  return { predictions: r.packages.length, fixedMs, ioMB, aneOps, divisor, aneByFraction: new Map() };
-}
-
-interface Fit {
-  readonly dispatchMs: number;
-  readonly fraction: number;
-  readonly ioMsPerMB: number;
-  readonly loss: number;
-}
-
-function runtimeOf(f: Omit<Fit, "loss">): RuntimeFigures {
-  const src = "bench/calibrate.ts";
-  return {
-    dispatchMs: { value: f.dispatchMs, kind: "fitted", source: src },
-    bandwidthFraction: { value: f.fraction, kind: "fitted", source: src },
-    switchMs: DEFAULT_RUNTIME.switchMs,
-    aneOpMs: DEFAULT_RUNTIME.aneOpMs,
-    ioMsPerMB: { value: f.ioMsPerMB, kind: "fitted", source: src },
-  };
-}
-
-function predictMs(e: Evaluator, f: Omit<Fit, "loss">): number {
-  let ane = e.aneByFraction.get(f.fraction);
-  if (ane === undefined) {
-    const rt = runtimeOf({ ...f, dispatchMs: 0 });
-    ane = 0;
-    for (const op of e.aneOps) ane += opTime("ANE", op.flops, op.bytes, chip, rt).ms;
-    e.aneByFraction.set(f.fraction, ane);
-  }
-  return (e.fixedMs + e.predictions * f.dispatchMs + ane + e.ioMB * f.ioMsPerMB) / e.divisor;
+/** The scenario as a measurement: every package once (a chain's token) or the one package per SB. */
+function sampleOf(s: Scenario, r: CostReport): CalibrationSample {
+  return samplesFromReport(r, {
+    id: s.id,
+    what: `${s.what} — ${s.assumption}`,
+    measuredMs: measuredMs(s),
+    divisor: s.metric === "packageMsPerSuperBlock" ? (s.perSuperBlock ?? 1) : undefined,
+    role: s.role,
+    packages: s.metric === "msPerToken" ? undefined : [r.packages[0].name],
+  });
 }
 
 const round = (x: number, digits: number) => Math.round(x * 10 ** digits) / 10 ** digits;
-const steps = (a: number, b: number, st: number) => {
-  const out: number[] = [];
-  for (let i = 0; a + i * st <= b + 1e-9; i++) out.push(round(a + i * st, 6));
-  return out;
-};
-
-/** Grid search, then a finer grid around the best point; `withIo` false pins the I/O term at 0. */
-function fit(items: readonly { e: Evaluator; ms: number }[], withIo = true): Fit {
-  const loss = (g: Omit<Fit, "loss">) =>
-    items.reduce((s, it) => s + Math.log(predictMs(it.e, g) / it.ms) ** 2, 0);
-  let best: Fit = { dispatchMs: 0, fraction: 1, ioMsPerMB: 0, loss: Number.POSITIVE_INFINITY };
-  const search = (ds: number[], fs: number[], ks: number[]) => {
-    for (const fraction of fs)
-      for (const dispatchMs of ds)
-        for (const ioMsPerMB of ks) {
-          const l = loss({ dispatchMs, fraction, ioMsPerMB });
-          if (l < best.loss) best = { dispatchMs, fraction, ioMsPerMB, loss: l };
-        }
-  };
-  // the fraction is physical only in (0, 1]: no graph streams faster than anemll-bench's lm_head
-  search(steps(0, 6, 0.05), steps(0.1, 1, 0.025), withIo ? steps(0, 2, 0.02) : [0]);
-  const c = best;
-  search(
-    steps(Math.max(0, c.dispatchMs - 0.05), c.dispatchMs + 0.05, 0.0025),
-    steps(Math.max(0.01, c.fraction - 0.025), Math.min(1, c.fraction + 0.025), 0.0025),
-    withIo ? steps(Math.max(0, c.ioMsPerMB - 0.02), c.ioMsPerMB + 0.02, 0.001) : [0],
-  );
-  return {
-    ...best,
-    dispatchMs: round(best.dispatchMs, 4),
-    fraction: round(best.fraction, 4),
-    ioMsPerMB: round(best.ioMsPerMB, 4),
-  };
-}
-
-const errOf = (pred: number, meas: number) => (pred - meas) / meas;
-const pct = (e: number) => `${e >= 0 ? "+" : ""}${(e * 100).toFixed(1)}%`;
+const pct = (e: number | undefined) =>
+  e === undefined ? "—" : `${e >= 0 ? "+" : ""}${(e * 100).toFixed(1)}%`;
 
 async function main(): Promise<void> {
   const t0 = performance.now();
@@ -346,61 +253,76 @@ async function main(): Promise<void> {
     s.report = await costplan(await s.build(), { chip: "m4-pro", calibration: "none", native: "off" });
     console.log(`  built + analysed ${s.id} in ${((performance.now() - t) / 1000).toFixed(1)} s`);
   }
-  const evals = new Map(SCENARIOS.map((s) => [s.id, evaluator(s, s.report as CostReport)]));
-  const item = (s: Scenario) => ({ e: evals.get(s.id) as Evaluator, ms: measuredMs(s) });
-  const fitted = SCENARIOS.filter((s) => s.role === "fit");
-  const heldOut = SCENARIOS.filter((s) => s.role === "held-out");
-  const all = fit(fitted.map(item));
-  const two = fit(fitted.map(item), false);
-  const loo = new Map(
-    fitted.map((s) => {
-      const f = fit(fitted.filter((o) => o !== s).map(item));
-      return [s.id, { fit: f, predMs: predictMs(evals.get(s.id) as Evaluator, f) }];
-    }),
+  const samples = SCENARIOS.map((s) => sampleOf(s, s.report as CostReport));
+  const dir = join(here, "results");
+  const measurementsFile = join(dir, "study-measurements.json");
+  // compact: every op's [FLOPs, bytes] of nine programs
+  await writeJsonAtomic(
+    measurementsFile,
+    { schema: MEASUREMENTS_SCHEMA, schemaVersion: 1, samples },
+    undefined,
   );
-  const rows = SCENARIOS.map((s) => {
+  const fit = fitCalibration(samples, {
+    from: "the reference study (bench/results/study-measurements.json)",
+  });
+  // the model without the I/O and ctx terms, per-op cost at the low end: what the terms buy
+  const plain = fitCalibration(
+    samples.map((x) => ({
+      ...x,
+      predictions: x.predictions.map((p) => ({ ...p, ioBytes: 0, kv: undefined })),
+    })),
+  );
+  const cal = fit.calibration;
+  const f = (
+    k: "dispatchMs" | "bandwidthFraction" | "ioMsPerMB" | "kvMsPerMB" | "aneOpMs",
+    rt = cal.runtime,
+  ) => rt[k]?.value ?? 0;
+  console.log(
+    `\nFitted on ${fit.rows.filter((r) => r.role === "fit").length} measurements: dispatch ${f("dispatchMs")} ms per prediction, ANE bandwidth fraction ${f("bandwidthFraction")} ` +
+      `(= ${(chip.aneGBps.value * f("bandwidthFraction")).toFixed(1)} GB/s of ${chip.aneGBps.value}), inputs/outputs ${f("ioMsPerMB")} ms per MB, ` +
+      `ctx term ${f("kvMsPerMB")} ms per MB of KV rows (≤ ${cal.runtime.kvKneeRows?.value} rows), per-op ${(f("aneOpMs") * 1e3).toFixed(1)} µs; RMS log error ${fit.rmsLogError.toFixed(3)}`,
+  );
+  console.log(`Band (${fit.opCost}): ${cal.band.source}`);
+  for (const [end, rt] of [
+    ["low", cal.band.low],
+    ["high", cal.band.high],
+  ] as const)
+    console.log(
+      `  ${end}: per-op ${(f("aneOpMs", rt as never) * 1e3).toFixed(1)} µs, dispatch ${f("dispatchMs", rt as never)} ms, fraction ${f("bandwidthFraction", rt as never)}, I/O ${f("ioMsPerMB", rt as never)} ms/MB, ctx ${f("kvMsPerMB", rt as never)} ms/MB`,
+    );
+  console.log(`Without the I/O and ctx terms: RMS log error ${plain.rmsLogError.toFixed(3)}`);
+
+  const rows = SCENARIOS.map((s, i) => {
     const r = s.report as CostReport;
-    const e = evals.get(s.id) as Evaluator;
-    const physics = toUnit(s, reportMs(s, r));
-    const calibrated = toUnit(s, reportMs(s, retime(r, { runtime: runtimeOf(all) })));
-    const twoFigure = toUnit(s, predictMs(e, two));
-    const looMs = loo.get(s.id)?.predMs;
+    const fr = fit.rows[i];
+    const pr = plain.rows[i];
+    const perSb = s.metric === "packageMsPerSuperBlock" ? (s.perSuperBlock ?? 1) : 1;
+    const physicsMs =
+      s.metric === "msPerToken"
+        ? (r.chain?.estimatedMsPerToken ?? r.totals.estimatedMs)
+        : r.packages[0].prediction.estimatedMs / perSb;
+    const conv = (ms: number | undefined) => (ms === undefined ? undefined : round(toUnit(s, ms), 3));
+    const err = (ms: number | undefined) =>
+      ms === undefined ? undefined : round(toUnit(s, ms) / s.measured - 1, 4);
     return {
       id: s.id,
       what: s.what,
       role: s.role,
       unit: s.unit,
       measured: s.measured,
-      physicsOnly: round(physics, 3),
-      physicsError: round(errOf(physics, s.measured), 4),
-      calibrated: round(calibrated, 3),
-      calibratedError: round(errOf(calibrated, s.measured), 4),
-      leaveOneOut: looMs === undefined ? undefined : round(toUnit(s, looMs), 3),
-      leaveOneOutError: looMs === undefined ? undefined : round(errOf(toUnit(s, looMs), s.measured), 4),
-      twoFigure: round(twoFigure, 3),
-      twoFigureError: round(errOf(twoFigure, s.measured), 4),
-      ioMBPerCall: round(e.ioMB, 3),
+      physicsOnly: conv(physicsMs),
+      physicsError: err(physicsMs),
+      calibrated: conv(fr.predictedMs),
+      calibratedError: err(fr.predictedMs),
+      band: [conv(fr.highMs), conv(fr.lowMs)].sort((a, b) => (a ?? 0) - (b ?? 0)),
+      leaveOneOut: conv(fr.leaveOneOutMs),
+      leaveOneOutError: err(fr.leaveOneOutMs),
+      noIoCtx: conv(pr.predictedMs),
+      noIoCtxError: err(pr.predictedMs),
+      ioMBPerCall: round(samples[i].predictions.reduce((a, p) => a + p.ioBytes, 0) / 1e6, 3),
       assumption: s.assumption,
-      weightBytesReadPerCall: r.totals.bytesRead.weights,
-      predictions: r.packages.length,
     };
   });
-
-  const rms = (l: number) => Math.sqrt(l / fitted.length).toFixed(3);
-  console.log(
-    `\nFitted on ${fitted.length} measurements: dispatch ${all.dispatchMs} ms per prediction, ANE bandwidth fraction ${all.fraction} ` +
-      `(= ${(chip.aneGBps.value * all.fraction).toFixed(1)} GB/s of ${chip.aneGBps.value}), inputs/outputs ${all.ioMsPerMB} ms per MB ` +
-      `(= ${(1 / Math.max(all.ioMsPerMB, 1e-9)).toFixed(2)} GB/s); RMS log error ${rms(all.loss)}`,
-  );
-  console.log(
-    `Without the I/O term (2 figures, same rows): dispatch ${two.dispatchMs} ms, fraction ${two.fraction}; RMS log error ${rms(two.loss)}`,
-  );
-  for (const s of heldOut) {
-    const row = rows.find((r) => r.id === s.id);
-    console.log(
-      `Held out ${s.id}: measured ${s.measured} ${s.unit}, predicted ${row?.calibrated} (${pct(row?.calibratedError ?? 0)}); without the I/O term ${row?.twoFigure} (${pct(row?.twoFigureError ?? 0)})`,
-    );
-  }
   const header = [
     "scenario",
     "role",
@@ -409,71 +331,71 @@ async function main(): Promise<void> {
     "err",
     "calibrated",
     "err",
+    "band",
     "leave-one-out",
     "err",
-    "no I/O term",
+    "no I/O+ctx",
     "err",
-    "I/O MB",
   ];
   const body = rows.map((r) => [
     r.id,
     r.role,
     `${r.measured} ${r.unit}`,
-    r.physicsOnly.toFixed(2),
+    r.physicsOnly?.toFixed(2) ?? "—",
     pct(r.physicsError),
-    r.calibrated.toFixed(2),
+    r.calibrated?.toFixed(2) ?? "—",
     pct(r.calibratedError),
-    r.leaveOneOut === undefined ? "—" : r.leaveOneOut.toFixed(2),
-    r.leaveOneOutError === undefined ? "—" : pct(r.leaveOneOutError),
-    r.twoFigure.toFixed(2),
-    pct(r.twoFigureError),
-    r.ioMBPerCall.toFixed(2),
+    `${r.band[0]?.toFixed(2)}–${r.band[1]?.toFixed(2)}`,
+    r.leaveOneOut?.toFixed(2) ?? "—",
+    pct(r.leaveOneOutError),
+    r.noIoCtx?.toFixed(2) ?? "—",
+    pct(r.noIoCtxError),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i].length)));
   const line = (c: string[]) =>
     c.map((x, i) => (i < 2 ? x.padEnd(widths[i]) : x.padStart(widths[i]))).join("  ");
   console.log(`\n${line(header)}`);
   for (const b of body) console.log(line(b));
+
+  // the ctx sweep the fit projects: one 0.8B super-block per package, ms per SB
+  const sweep = [];
+  console.log("\nctx sweep, one 0.8B super-block (ms): measured 256 → 2.41, 1024 → 3.19 (plateau from 512)");
+  for (const ctx of [128, 256, 512, 1024, 2048, 4096]) {
+    const prog =
+      packagesDir && (ctx === 256 || ctx === 1024)
+        ? await pkg(`sb1-ctx${ctx}`)
+        : buildSuperBlocks(QWEN35_08B, 0, 1, ctx);
+    const r = await costplan(prog, { chip: "m4-pro", calibration: cal, native: "off" });
+    const p = r.packages[0].prediction;
+    sweep.push({
+      ctx,
+      ms: round(p.estimatedMs, 3),
+      lowMs: round(p.band?.lowMs ?? 0, 3),
+      highMs: round(p.band?.highMs ?? 0, 3),
+      kvMs: round(p.kvMs ?? 0, 3),
+      ioMs: round(p.ioMs ?? 0, 3),
+    });
+    console.log(
+      `  ctx ${String(ctx).padStart(4)}: ${p.estimatedMs.toFixed(2)} ms (band ${p.band?.lowMs.toFixed(2)}–${p.band?.highMs.toFixed(2)}; ctx term ${(p.kvMs ?? 0).toFixed(2)}, I/O ${(p.ioMs ?? 0).toFixed(2)})`,
+    );
+  }
   console.log("\nAssumptions per row:");
   for (const r of rows) console.log(`  ${r.id}: ${r.what} — ${r.assumption}`);
 
+  const seconds = round((performance.now() - t0) / 1000, 1);
   const out = {
-    tool: "@anemll-qwen35/costplan bench/calibrate.ts",
+    ...calibrationFile(fit, [measurementsFile]),
+    bench: "@anemll-qwen35/costplan bench/calibrate.ts",
     chip: chip.id,
     programs: packagesDir ?? "shape-accurate stand-ins (bench/qwen35-standin.ts)",
-    fittedTo: fitted.map((s) => `${s.id}: ${s.measured} ${s.unit}`),
-    heldOut: heldOut.map((s) => `${s.id}: ${s.measured} ${s.unit}`),
-    fitted: {
-      dispatchMs: all.dispatchMs,
-      bandwidthFraction: all.fraction,
-      ioMsPerMB: all.ioMsPerMB,
-      rmsLogError: round(Math.sqrt(all.loss / fitted.length), 4),
-    },
-    withoutIoTerm: {
-      dispatchMs: two.dispatchMs,
-      bandwidthFraction: two.fraction,
-      rmsLogError: round(Math.sqrt(two.loss / fitted.length), 4),
-    },
-    leaveOneOut: Object.fromEntries(
-      [...loo].map(([id, v]) => [
-        id,
-        { dispatchMs: v.fit.dispatchMs, bandwidthFraction: v.fit.fraction, ioMsPerMB: v.fit.ioMsPerMB },
-      ]),
-    ),
-    physicsOnly: {
-      dispatchMs: DEFAULT_RUNTIME.dispatchMs.value,
-      bandwidthFraction: DEFAULT_RUNTIME.bandwidthFraction.value,
-      ioMsPerMB: DEFAULT_RUNTIME.ioMsPerMB.value,
-    },
+    withoutIoAndCtx: { rmsLogError: round(plain.rmsLogError, 4) },
     rows,
-    seconds: round((performance.now() - t0) / 1000, 1),
+    sweep,
+    seconds,
   };
-  const dir = join(here, "results");
-  await mkdir(dir, { recursive: true });
   const file = join(dir, "calibration.json");
-  await writeFile(`${file}.tmp`, `${JSON.stringify(out, null, 2)}\n`);
-  await rename(`${file}.tmp`, file);
-  console.log(`\nwrote ${file} (${out.seconds} s)`);
+  await writeJsonAtomic(file, out);
+  console.log(`\nwrote ${file} and ${measurementsFile} (${seconds} s)`);
 }
 
 await main();

@@ -34,6 +34,38 @@ export interface AnalyzedFunction {
   readonly weightBytesDense: number;
   /** Bytes of the function's inputs and outputs, states excluded. */
   readonly io: { readonly inputBytes: number; readonly outputBytes: number };
+  /** The KV cache its attention layers read (kvOf), for the ctx term; absent without attention. */
+  readonly kv?: KvShape;
+}
+
+/** K or V caches a function reads: `parts` caches (one layer's K or V each) of `rows` rows. */
+export interface KvShape {
+  readonly parts: number;
+  readonly rows: number;
+  /** Bytes of one row of one part. */
+  readonly bytesPerRow: number;
+}
+
+/**
+ * KV caches by the names the converter and the stand-ins give them: io KV inputs `kv{L}_k` /
+ * `kv{L}_v` [1, Hkv, ctx, hd], the mlstate state `kv` [2·n, Hkv, ctx, hd], states `*_k_cache` /
+ * `*_v_cache`. Rank-4 tensors only; the rows are axis 2.
+ */
+const KV_NAME = /^kv\d+_[kv]$|^kv$|_[kv]_cache$/;
+
+export function kvOf(fn: MilFunction): KvShape | undefined {
+  let parts = 0;
+  let rows = 0;
+  let bytesPerRow = 0;
+  for (const i of fn.inputs) {
+    const t = i.type.kind === "state" ? i.type.wrapped : i.type;
+    if (!KV_NAME.test(i.name) || t.shape.length !== 4) continue;
+    const [n, heads, r, hd] = t.shape;
+    parts += n;
+    rows = Math.max(rows, r);
+    bytesPerRow = tensorBytes({ ...t, shape: [1, heads, 1, hd] });
+  }
+  return parts > 0 ? { parts, rows, bytesPerRow } : undefined;
 }
 
 export interface AnalyzedModel {
@@ -133,6 +165,7 @@ export function analyzeFunction(fn: MilFunction, name: string, units: ComputeUni
       inputBytes: bytesOf(fn.inputs.filter((i) => i.type.kind === "tensor").map((i) => i.name)),
       outputBytes: bytesOf(fn.block.outputs),
     },
+    kv: kvOf(fn),
   };
 }
 

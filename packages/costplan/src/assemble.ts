@@ -5,8 +5,10 @@
  * whole report for another chip or runtime figures without the programs.
  */
 import type { AnalyzedModel } from "./analyze.js";
-import type { ChipProfile, RuntimeFigures } from "./chips.js";
+import { type ChipProfile, DEFAULT_RUNTIME, type RuntimeFigures } from "./chips.js";
+import { CostplanOptionError } from "./errors.js";
 import { findInterruptions } from "./interruptions.js";
+import { ANE_KERNEL_OPS } from "./op-table.js";
 import type { ComputeUnits } from "./placement.js";
 import {
   type CostReport,
@@ -19,6 +21,7 @@ import {
   type PlanSource,
   REPORT_SCHEMA,
   REPORT_SCHEMA_VERSION,
+  type RuntimeBand,
   type TopOp,
   type Totals,
 } from "./report.js";
@@ -39,6 +42,8 @@ export interface BuildInput {
   readonly components: readonly ComponentInput[];
   readonly chip: ChipProfile;
   readonly runtime: RuntimeFigures;
+  /** The figures at both ends of the per-op ANE cost's range: projections come as a band. */
+  readonly band?: RuntimeBand;
   readonly computeUnits: ComputeUnits;
   readonly chain: boolean;
   readonly notes: readonly string[];
@@ -114,6 +119,7 @@ export function buildReport(input: BuildInput): CostReport {
         name: f.name,
         opset: f.opset,
         io: f.io,
+        kv: f.kv,
         ops: f.ops,
         summary: emptySummary(
           [...f.weightBlobs.values()].reduce((s, b) => s + b, 0),
@@ -141,6 +147,7 @@ export function buildReport(input: BuildInput): CostReport {
     target: input.target,
     chip: chipSummary(input.chip),
     runtime: { ...input.runtime },
+    runtimeBand: input.band,
     computeUnits: input.computeUnits,
     packages,
     totals: emptyTotals(0),
@@ -205,10 +212,11 @@ export function applyTiming(report: CostReport): CostReport {
   const byType = new Map<string, OpTypeRow>();
   const top: TopOp[] = [];
   const fallbacks: Fallback[] = [];
+  const bandMs = { low: 0, high: 0 };
   for (const pkg of report.packages) {
     for (const f of pkg.functions) {
       for (const op of f.ops) {
-        const t = opTime(op.device, op.flops, moved(op), chip, runtime);
+        const t = opTime(op.device, op.flops, moved(op), chip, runtime, ANE_KERNEL_OPS.has(op.type));
         op.estimatedMs = t.ms;
         op.bound = t.bound;
         if (op.device === "CPU" || op.device === "GPU") {
@@ -229,11 +237,20 @@ export function applyTiming(report: CostReport): CostReport {
       f.summary = summarize(f, f.interruptions.estimatedSwitchMs);
     }
     const decode = pkg.functions.find((f) => f.name === pkg.decodeFunction) ?? pkg.functions[0];
-    const ioBytes = decode?.io ? decode.io.inputBytes + decode.io.outputBytes : 0;
-    const ioMs = (ioBytes / 1e6) * (runtime.ioMsPerMB?.value ?? 0);
+    const ioMs = decode ? passMs(decode, runtime).ioMs : 0;
+    const kvMs = decode ? passMs(decode, runtime).kvMs : 0;
     pkg.prediction.dispatchMs = dispatch;
     pkg.prediction.ioMs = ioMs;
-    pkg.prediction.estimatedMs = (decode?.summary.estimatedMs ?? 0) + dispatch + ioMs;
+    pkg.prediction.kvMs = kvMs;
+    pkg.prediction.estimatedMs = (decode?.summary.estimatedMs ?? 0) + dispatch + ioMs + kvMs;
+    if (report.runtimeBand && decode) {
+      // the fits at both ends and the central one: the central fit's per-op cost lies between
+      const ms = [report.runtimeBand.low, report.runtimeBand.high].map((rt) => callMs(decode, chip, rt));
+      const central = pkg.prediction.estimatedMs;
+      pkg.prediction.band = { lowMs: Math.min(central, ...ms), highMs: Math.max(central, ...ms) };
+      bandMs.low += pkg.prediction.band.lowMs;
+      bandMs.high += pkg.prediction.band.highMs;
+    } else pkg.prediction.band = undefined;
     totals.weightBytesStored += pkg.weightBytesStored;
     totals.estimatedMs += pkg.prediction.estimatedMs;
     if (!decode) continue;
@@ -289,10 +306,16 @@ export function applyTiming(report: CostReport): CostReport {
     .sort((a, b) => b.estimatedMs - a.estimatedMs || a.package.localeCompare(b.package) || a.index - b.index)
     .slice(0, TOP_OPS);
   report.fallbacks = fallbacks;
+  const band = report.runtimeBand ? bandMs : undefined;
+  totals.estimatedMsBand = band ? { ...band } : undefined;
   if (report.chain) {
     const ms = report.packages.reduce((s, p) => s + p.prediction.estimatedMs, 0);
     report.chain.estimatedMsPerToken = ms;
     report.chain.estimatedTokPerSec = ms > 0 ? 1000 / ms : 0;
+    report.chain.estimatedMsPerTokenBand = band ? { ...band } : undefined;
+    report.chain.estimatedTokPerSecBand = band
+      ? { low: band.high > 0 ? 1000 / band.high : 0, high: band.low > 0 ? 1000 / band.low : 0 }
+      : undefined;
     const measured = report.packages.map((p) => p.prediction.measuredMs);
     if (measured.length > 0 && measured.every((m) => m !== undefined)) {
       const mms = measured.reduce((s: number, m) => s + (m ?? 0), 0);
@@ -303,13 +326,69 @@ export function applyTiming(report: CostReport): CostReport {
   return report;
 }
 
+/** MB of KV the ctx term charges: every part's rows up to the knee. */
+export function kvChargedMB(kv: FunctionPlan["kv"], runtime: Pick<RuntimeFigures, "kvKneeRows">): number {
+  if (!kv) return 0;
+  const knee = runtime.kvKneeRows?.value ?? DEFAULT_RUNTIME.kvKneeRows?.value ?? Number.POSITIVE_INFINITY;
+  return (kv.parts * Math.min(kv.rows, knee) * kv.bytesPerRow) / 1e6;
+}
+
+/** What a call of `f` costs besides its ops: passing inputs/outputs, and the ctx term. */
+function passMs(f: FunctionPlan, runtime: RuntimeBand["low"]): { ioMs: number; kvMs: number } {
+  const ioBytes = f.io ? f.io.inputBytes + f.io.outputBytes : 0;
+  return {
+    ioMs: (ioBytes / 1e6) * (runtime.ioMsPerMB?.value ?? 0),
+    kvMs: kvChargedMB(f.kv, runtime) * (runtime.kvMsPerMB?.value ?? 0),
+  };
+}
+
+/** One prediction of `f` under `runtime`, ms (ops, switches, dispatch, I/O, ctx term); `f` unchanged. */
+function callMs(f: FunctionPlan, chip: ChipProfile, runtime: RuntimeBand["low"]): number {
+  let ms = 0;
+  for (const op of f.ops)
+    ms += opTime(op.device, op.flops, moved(op), chip, runtime, ANE_KERNEL_OPS.has(op.type)).ms;
+  const { ioMs, kvMs } = passMs(f, runtime);
+  return (
+    ms +
+    findInterruptions(f.ops, runtime.switchMs.value).estimatedSwitchMs +
+    runtime.dispatchMs.value +
+    ioMs +
+    kvMs
+  );
+}
+
+/**
+ * One prediction of any function of a report's package — e.g. a prefill function, which the totals
+ * (decode steps) leave out — at the report's figures and, with a band, at both ends of it.
+ */
+export function callEstimate(
+  report: CostReport,
+  packageName: string,
+  functionName?: string,
+): { estimatedMs: number; lowMs: number; highMs: number } {
+  const pkg = report.packages.find((p) => p.name === packageName);
+  const f = pkg?.functions.find((x) => x.name === (functionName ?? pkg.decodeFunction));
+  if (!pkg || !f)
+    throw new CostplanOptionError(
+      "function",
+      `${packageName}${functionName ? `/${functionName}` : ""}: no such package or function in the report`,
+    );
+  const chip = chipOf(report);
+  const ms = callMs(f, chip, report.runtime);
+  if (!report.runtimeBand) return { estimatedMs: ms, lowMs: ms, highMs: ms };
+  const a = callMs(f, chip, report.runtimeBand.low);
+  const b = callMs(f, chip, report.runtimeBand.high);
+  return { estimatedMs: ms, lowMs: Math.min(a, b, ms), highMs: Math.max(a, b, ms) };
+}
+
 /** A copy of `report` timed for another chip and/or other runtime figures (placement unchanged). */
 export function retime(
   report: CostReport,
-  change: { chip?: ChipProfile; runtime?: Partial<RuntimeFigures> },
+  change: { chip?: ChipProfile; runtime?: Partial<RuntimeFigures>; band?: RuntimeBand | null },
 ): CostReport {
   const copy = structuredClone(report);
   if (change.chip) copy.chip = chipSummary(change.chip);
   if (change.runtime) copy.runtime = { ...copy.runtime, ...change.runtime };
+  if (change.band !== undefined) copy.runtimeBand = change.band ?? undefined;
   return applyTiming(copy);
 }

@@ -16,6 +16,11 @@ export interface ChainComponent {
   readonly model: MlModel;
   /** Function one decode step calls; default: the model's default function, "main", or the first. */
   readonly function?: string;
+  /**
+   * Run on the host, not through Core ML (the converter's embed package: runtime-ane reads its
+   * table on the host): no prediction is costed for it.
+   */
+  readonly host?: boolean;
 }
 
 /** An in-memory chain (e.g. programs built with MilBuilder). */
@@ -43,6 +48,7 @@ export const ModelJsonSchema = z.looseObject({
           .refine((f) => f !== "." && f !== "..", "must be a .mlpackage name inside the model folder"),
         function: z.string().min(1).optional(),
         name: z.string().min(1).optional(),
+        kind: z.string().optional(),
       }),
     )
     .min(1),
@@ -101,7 +107,7 @@ export async function loadTarget(target: string | MlModel | ChainInput): Promise
   }
   const manifest = join(path, "model.json");
   const hasManifest = (await stat(manifest).catch(() => undefined))?.isFile() ?? false;
-  const entries: { file: string; function?: string; name?: string }[] = hasManifest
+  const entries: { file: string; function?: string; name?: string; kind?: string }[] = hasManifest
     ? await readModelJson(manifest)
     : await listPackages(path);
   const components: ChainComponent[] = [];
@@ -118,12 +124,16 @@ export async function loadTarget(target: string | MlModel | ChainInput): Promise
       path: file,
       model: await readPackage(file),
       function: e.function,
+      // runtime-ane reads the embed package's table on the host (host-embedding.ts)
+      host: e.kind === "embed" ? true : undefined,
     });
   }
   return { kind: "chain", name: basename(path), path, components };
 }
 
-async function readModelJson(file: string): Promise<{ file: string; function?: string; name?: string }[]> {
+async function readModelJson(
+  file: string,
+): Promise<{ file: string; function?: string; name?: string; kind?: string }[]> {
   let raw: unknown;
   try {
     raw = JSON.parse(await readFile(file, "utf8"));

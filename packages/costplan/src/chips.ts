@@ -295,17 +295,39 @@ export interface RuntimeFigures {
   /** Cost of one switch between the ANE and another device inside a prediction, ms. */
   readonly switchMs: Figure;
   /**
-   * Fixed cost per ANE op that does work (views excluded), ms. 0 by default: the default fit has
-   * two free figures only; bench/calibrate.ts reports an exploratory fit of this one too.
+   * Fixed cost per ANE kernel op (op-table's `kernel`: conv, linear, matmul, SDPA), ms. Decode
+   * measurements cannot separate it from the bandwidth fraction (op count and bytes grow together),
+   * so projections come as a band over ANE_OP_MS_RANGE unless a calibration pins it.
    */
   readonly aneOpMs: Figure;
   /**
    * Time to pass a prediction's inputs and outputs (every feature but states) between the host
    * and the device, ms per MB (1e6 bytes): Core ML copies each one, unless the runtime hands it
-   * IOSurface-backed buffers. What makes io KV cost more at a longer ctx (bench/calibrate.ts).
+   * IOSurface-backed buffers.
    */
   readonly ioMsPerMB: Figure;
+  /**
+   * The ctx term: ms per MB of KV cache the attention layers of a prediction read, counting at
+   * most `kvKneeRows` rows per layer (the reference study's sweep grows from ctx 256 to 512 and is
+   * flat after). Absent: 0.
+   */
+  readonly kvMsPerMB?: Figure;
+  /** KV rows per layer beyond which the ctx term stops growing. Absent: DEFAULT_RUNTIME's. */
+  readonly kvKneeRows?: Figure;
 }
+
+/**
+ * The published range of the per-op ANE cost, ms: what makes costplan's chunked-prefill projection
+ * meet what the ANE ports measured for batched prefill (ANEMLL batch-64 prefill 335 tok/s on 1.5B;
+ * a Qwen3.5-4B port 96 tok/s batched; CoreML-LLM prefill_b8 7.77×) — ane-graph-review-2 §3:
+ * "publish projections as a band with a 20–50 µs per-op term" until a Mac measurement fits it.
+ */
+export const ANE_OP_MS_RANGE = {
+  low: 0.02,
+  high: 0.05,
+  source:
+    "published range 20–50 µs per ANE op (ane-graph-review-2 §3, from the ports' batched-prefill measurements: ANEMLL 335 tok/s on 1.5B, a Qwen3.5-4B port 96 tok/s)",
+} as const;
 
 export const DEFAULT_RUNTIME: RuntimeFigures = {
   dispatchMs: meas(
@@ -317,6 +339,11 @@ export const DEFAULT_RUNTIME: RuntimeFigures = {
     0.2,
     "assumed: no public measurement (anemll-profile's 300 ms per boundary is a ranking weight, not a time)",
   ),
-  aneOpMs: assumed(0, "assumed: no per-op ANE overhead (see bench/calibrate.ts's exploratory fit)"),
+  aneOpMs: assumed(0, "assumed: no per-op ANE overhead (the physics-only model)"),
   ioMsPerMB: assumed(0, "assumed: inputs and outputs cost nothing to pass (the physics-only model)"),
+  kvMsPerMB: assumed(0, "assumed: attention over the KV cache costs only its bytes (the physics-only model)"),
+  kvKneeRows: assumed(
+    512,
+    "reference study's context sweep: 2.41 ms per super-block at ctx 256, 3.19 at 1024, 'little additional gain at 512 and above' (ane-toolchains.md §4.3)",
+  ),
 };

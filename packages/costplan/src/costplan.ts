@@ -15,10 +15,11 @@ import { COMPUTE_UNITS, type ComputeUnits } from "@anemll-qwen35/coreml";
 import type { MlModel } from "@anemll-qwen35/ir/mil";
 import { type AnalyzedModel, analyzeModel, defaultFunctionOf } from "./analyze.js";
 import { buildReport, type ComponentInput } from "./assemble.js";
-import { FITTED_RUNTIME } from "./calibration.js";
+import { FITTED_BAND, FITTED_RUNTIME } from "./calibration.js";
 import { type ChainInput, loadTarget } from "./chain.js";
 import { CHIPS, type ChipId, type ChipProfile, DEFAULT_RUNTIME, type RuntimeFigures } from "./chips.js";
 import { CostplanOptionError, NativePlanUnavailableError } from "./errors.js";
+import type { Calibration } from "./fit.js";
 import {
   type CostplanAddon,
   loadNativeAddon,
@@ -26,16 +27,20 @@ import {
   type NativePlan,
   nativeAvailability,
 } from "./native.js";
-import type { CostReport } from "./report.js";
+import type { CostReport, RuntimeBand } from "./report.js";
 
 export interface CostplanOptions {
   /** Chip profile id (default "m4-pro") or a custom profile. */
   chip?: ChipId | ChipProfile;
   /** Core ML compute units the placement assumes (default "cpuAndNeuralEngine", as ANEMLL). */
   computeUnits?: ComputeUnits;
-  /** "fitted" (default): dispatch overhead and bandwidth fraction fitted by bench/calibrate.ts; "none": physics only. */
-  calibration?: "fitted" | "none";
-  /** Override single runtime figures (dispatchMs, bandwidthFraction, switchMs). */
+  /**
+   * "fitted" (default): the figures bench/calibrate.ts fitted, projections as a band over the
+   * per-op ANE cost's range; "none": physics only, no band; or a Calibration (readCalibration of
+   * a file `costplan calibrate` wrote).
+   */
+  calibration?: "fitted" | "none" | Calibration;
+  /** Override single runtime figures (dispatchMs, bandwidthFraction, switchMs, …); the band is kept. */
   runtime?: Partial<RuntimeFigures>;
   /** Use MLComputePlan when available ("auto", default), never ("off"), or fail without it ("require"). */
   native?: "auto" | "off" | "require";
@@ -69,12 +74,18 @@ function chipFrom(opt: CostplanOptions["chip"]): ChipProfile {
   return opt;
 }
 
-function runtimeFrom(opts: CostplanOptions): RuntimeFigures {
+function runtimeFrom(opts: CostplanOptions): { runtime: RuntimeFigures; band?: RuntimeBand } {
   const cal = opts.calibration ?? "fitted";
+  if (typeof cal === "object" && cal !== null && "runtime" in cal && "band" in cal)
+    return { runtime: { ...cal.runtime, ...opts.runtime }, band: cal.band };
   if (cal !== "fitted" && cal !== "none")
-    throw new CostplanOptionError("calibration", `must be "fitted" or "none", got "${cal}"`);
-  const base = cal === "fitted" ? FITTED_RUNTIME : DEFAULT_RUNTIME;
-  return { ...base, ...opts.runtime };
+    throw new CostplanOptionError(
+      "calibration",
+      `must be "fitted", "none" or a Calibration, got ${JSON.stringify(cal)}`,
+    );
+  return cal === "fitted"
+    ? { runtime: { ...FITTED_RUNTIME, ...opts.runtime }, band: FITTED_BAND }
+    : { runtime: { ...DEFAULT_RUNTIME, ...opts.runtime } };
 }
 
 export async function costplan(
@@ -82,7 +93,7 @@ export async function costplan(
   options: CostplanOptions = {},
 ): Promise<CostReport> {
   const chip = chipFrom(options.chip);
-  const runtime = runtimeFrom(options);
+  const { runtime, band } = runtimeFrom(options);
   const units = options.computeUnits ?? "cpuAndNeuralEngine";
   if (!COMPUTE_UNITS.includes(units)) {
     throw new CostplanOptionError(
@@ -94,7 +105,13 @@ export async function costplan(
   const notes: string[] = [];
 
   options.signal?.throwIfAborted();
-  const t = await loadTarget(target);
+  const loaded = await loadTarget(target);
+  const onHost = loaded.components.filter((c) => c.host);
+  const t = { ...loaded, components: loaded.components.filter((c) => !c.host) };
+  if (onHost.length > 0)
+    notes.push(
+      `${onHost.map((c) => c.name).join(", ")}: read on the host by the runtime (no prediction), not costed.`,
+    );
   const total = t.components.length;
 
   const status = nativeMode === "off" ? { available: false, reason: "native: off" } : nativeAvailability();
@@ -174,14 +191,16 @@ export async function costplan(
   }
   notes.push(
     runtime.dispatchMs.kind === "fitted"
-      ? `Dispatch overhead, ANE bandwidth fraction and the cost of passing inputs/outputs fitted to M4 Pro measurements (${runtime.dispatchMs.source}).`
-      : "Dispatch overhead, ANE bandwidth fraction and the cost of passing inputs/outputs not calibrated (calibration: none).",
+      ? `Dispatch overhead, ANE bandwidth fraction, the cost of passing inputs/outputs and the ctx term fitted (${runtime.dispatchMs.source}).`
+      : "Dispatch overhead, ANE bandwidth fraction, the cost of passing inputs/outputs and the ctx term not calibrated (calibration: none).",
   );
+  if (band) notes.push(`Projections come as a band: ${band.source}.`);
   return buildReport({
     target: { kind: t.kind, name: t.name, path: t.path },
     components,
     chip,
     runtime,
+    band,
     computeUnits: units,
     chain: t.kind === "chain",
     notes,

@@ -39,14 +39,23 @@ export function formatReport(r: CostReport, opts: FormatOptions = {}): string {
   );
   out.push(`  compute ${fmtFlops(t.flops)} · graph interruptions ${t.interruptions}`);
   const ioMs = r.packages.reduce((s, p) => s + (p.prediction.ioMs ?? 0), 0);
+  const kvMs = r.packages.reduce((s, p) => s + (p.prediction.kvMs ?? 0), 0);
+  const extra = [
+    ioMs > 0 ? `${fmtMs(ioMs)} passing inputs/outputs` : "",
+    kvMs > 0 ? `${fmtMs(kvMs)} ctx term` : "",
+  ].filter(Boolean);
+  const msBand = t.estimatedMsBand
+    ? ` [band ${fmtMs(t.estimatedMsBand.low)}–${fmtMs(t.estimatedMsBand.high)}]`
+    : "";
   out.push(
-    `  estimated ${fmtMs(t.estimatedMs)} (Σ package predictions incl. ${fmtMs(r.runtime.dispatchMs.value)} dispatch each` +
-      (ioMs > 0 ? ` and ${fmtMs(ioMs)} passing inputs/outputs)` : ")"),
+    `  estimated ${fmtMs(t.estimatedMs)}${msBand} (Σ package predictions incl. ${fmtMs(r.runtime.dispatchMs.value)} dispatch each` +
+      (extra.length ? `, ${extra.join(", ")})` : ")"),
   );
   if (r.chain) {
     const c = r.chain;
+    const b = c.estimatedTokPerSecBand;
     out.push(
-      `  projected decode: ${c.estimatedTokPerSec.toFixed(1)} tok/s (${fmtMs(c.estimatedMsPerToken)} per token, ${c.predictionsPerToken} predictions)` +
+      `  projected decode: ${c.estimatedTokPerSec.toFixed(1)} tok/s${b ? ` (band ${b.low.toFixed(1)}–${b.high.toFixed(1)})` : ""} (${fmtMs(c.estimatedMsPerToken)} per token, ${c.predictionsPerToken} predictions)` +
         (c.measuredTokPerSec !== undefined ? ` · measured ${c.measuredTokPerSec.toFixed(1)} tok/s` : ""),
     );
   }
@@ -54,7 +63,7 @@ export function formatReport(r: CostReport, opts: FormatOptions = {}): string {
   out.push("Packages");
   out.push(
     table(
-      ["package", "function", "ops", "ANE", "CPU", "GPU", "int", "weights", "est", "measured"],
+      ["package", "function", "ops", "ANE", "CPU", "GPU", "int", "weights", "est", "band", "measured"],
       r.packages.map((p) => {
         const f = p.functions.find((x) => x.name === p.decodeFunction) ?? p.functions[0];
         const s = f?.summary;
@@ -68,6 +77,7 @@ export function formatReport(r: CostReport, opts: FormatOptions = {}): string {
           `${f?.interruptions.count ?? 0}`,
           fmtBytes(p.weightBytesStored),
           fmtMs(p.prediction.estimatedMs),
+          p.prediction.band ? `${fmtMs(p.prediction.band.lowMs)}–${fmtMs(p.prediction.band.highMs)}` : "—",
           p.prediction.measuredMs !== undefined ? fmtMs(p.prediction.measuredMs) : "—",
         ];
       }),
@@ -136,9 +146,20 @@ export function formatReport(r: CostReport, opts: FormatOptions = {}): string {
   out.push(
     `  dispatch ${figure(r.runtime.dispatchMs, " ms")} per prediction · device switch ${figure(r.runtime.switchMs, " ms")} · CPU ${figure(r.chip.cpuGBps, " GB/s")}, ${figure(r.chip.cpuGflops, " GFLOPS")}`,
   );
-  if (r.runtime.aneOpMs.value > 0) out.push(`  fixed cost per ANE op ${figure(r.runtime.aneOpMs, " ms")}`);
+  if (r.runtime.aneOpMs.value > 0)
+    out.push(
+      `  fixed cost per ANE kernel op (conv, linear, matmul, SDPA) ${figure(r.runtime.aneOpMs, " ms")}`,
+    );
   if (r.runtime.ioMsPerMB)
     out.push(`  inputs/outputs ${figure(r.runtime.ioMsPerMB, " ms per MB")} (states excluded)`);
+  if (r.runtime.kvMsPerMB && r.runtime.kvMsPerMB.value > 0)
+    out.push(
+      `  ctx term ${figure(r.runtime.kvMsPerMB, " ms per MB")} of KV rows read, up to ${r.runtime.kvKneeRows?.value ?? "?"} rows per layer`,
+    );
+  if (r.runtimeBand)
+    out.push(
+      `  band: per-op cost ${(r.runtimeBand.low.aneOpMs.value * 1e3).toFixed(1)}–${(r.runtimeBand.high.aneOpMs.value * 1e3).toFixed(1)} µs (${r.runtimeBand.source})`,
+    );
   if (r.notes.length) {
     out.push("");
     out.push("Notes");

@@ -7,12 +7,13 @@
 export { type AnalyzedFunction, type AnalyzedModel, analyzeModel } from "./analyze.js";
 /** `retime`: the same report for another chip or runtime; `applyTiming`: re-derive it after editing ops. */
 /** Building a report from analysed packages directly (costplan() does this for files). */
-export { applyTiming, buildReport, type ComponentInput, retime } from "./assemble.js";
-/** Dispatch, bandwidth and switch figures fitted to Mac measurements (the default calibration). */
-export { FITTED_RUNTIME } from "./calibration.js";
+export { applyTiming, buildReport, type ComponentInput, callEstimate, retime } from "./assemble.js";
+/** Dispatch, bandwidth, I/O and ctx figures fitted to Mac measurements (the default calibration) and its band. */
+export { FITTED_BAND, FITTED_RUNTIME } from "./calibration.js";
 export type { ChainComponent, ChainInput } from "./chain.js";
 // --- chips and the runtime figures the times rest on ---------------------------------------------
 export {
+  ANE_OP_MS_RANGE,
   CHIP_IDS,
   CHIPS,
   type ChipId,
@@ -25,6 +26,22 @@ export {
 export { type Comparison, compareReports, type Delta, formatComparison } from "./compare.js";
 // --- estimate, compare, re-time ----------------------------------------------------------------
 export { type CostplanOptions, costplan } from "./costplan.js";
+// --- calibration from measurements (costplan calibrate) -------------------------------------------
+export {
+  CALIBRATION_SCHEMA,
+  type Calibration,
+  type CalibrationFit,
+  type CalibrationSample,
+  fitCalibration,
+  type FitRow,
+  MEASUREMENTS_SCHEMA,
+  type PredictionWork,
+  readCalibration,
+  readMeasurements,
+  samplesFromReport,
+  workOf,
+  writeCalibration,
+} from "./fit.js";
 // --- errors and version -------------------------------------------------------------------------
 export { ChainError, CostplanOptionError, NativePlanUnavailableError, ReportSchemaError } from "./errors.js";
 export { type FormatOptions, formatReport } from "./format.js";
@@ -80,6 +97,7 @@ export {
   type PackagePlan,
   type PlanSource,
   parseReport,
+  type RuntimeBand,
   REPORT_SCHEMA,
   REPORT_SCHEMA_VERSION,
   type Run,
@@ -87,4 +105,13 @@ export {
   type Totals,
 } from "./report.js";
 export { type OpTime, opTime } from "./roofline.js";
+// --- speculative decoding with the MTP head: projected ANE decode speed ------------------------
+export {
+  formatSpeculativeProjection,
+  projectSpeculativeDecode,
+  type SpeculativeAcceptance,
+  type SpeculativeModelBytes,
+  type SpeculativeProjection,
+  type SpeculativeProjectionRow,
+} from "./speculative.js";
 export { TOOL_NAME, TOOL_VERSION } from "./version.js";

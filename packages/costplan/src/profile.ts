@@ -20,6 +20,7 @@ import { loadTarget } from "./chain.js";
 import type { ChipId, ChipProfile } from "./chips.js";
 import { type CostplanOptions, costplan } from "./costplan.js";
 import { CostplanOptionError, ReportSchemaError } from "./errors.js";
+import { PredictionWorkSchema, workOf } from "./fit.js";
 import { nativeAvailability } from "./native.js";
 import type { CostReport, OpEntry } from "./report.js";
 import { fmtBytes, fmtMs, fmtPct, table } from "./units.js";
@@ -65,6 +66,10 @@ export const ProfilePackageSchema = z.object({
   /** Core ML per-prediction time (macOS only). */
   coremlMs: nonneg.optional(),
   estimatedMs: nonneg,
+  /** estimatedMs at both ends of the per-op ANE cost's band (costplan's runtimeBand). */
+  estimatedBand: z.object({ lowMs: nonneg, highMs: nonneg }).optional(),
+  /** The prediction's work as `costplan calibrate` fits it (workOf). */
+  work: PredictionWorkSchema.optional(),
   weightBytes: nonneg,
   bytesMoved: nonneg,
   /** Weight bytes per measured interpreter second, and per Core ML second where timed. */
@@ -106,6 +111,7 @@ export const ProfileReportSchema = z.object({
     uninstrumentedMsPerToken: nonneg.optional(),
     coremlMsPerToken: nonneg.optional(),
     estimatedMsPerToken: nonneg,
+    estimatedMsPerTokenBand: z.object({ low: nonneg, high: nonneg }).optional(),
   }),
   opTypes: z.array(
     z.object({
@@ -239,7 +245,9 @@ export async function profile(
     throw new CostplanOptionError("precision", `must be "fp16" or "fp32", got "${String(precision)}"`);
   const coremlMode = options.coreml ?? "auto";
   const native = coremlMode === "off" ? { available: false, reason: "coreml: off" } : nativeAvailability();
-  const t = await loadTarget(target);
+  const loaded = await loadTarget(target);
+  // the embed package is read on the host by the runtime: no prediction to time or estimate
+  const t = { ...loaded, components: loaded.components.filter((c) => !c.host) };
   const total = t.components.length;
   options.onProgress?.({ stage: "plan", component: t.name, index: 0, total });
   const plan: CostReport = await costplan(
@@ -296,11 +304,13 @@ export async function profile(
       uninstrumentedMs: median(m.plainRunsMs),
       coremlMs,
       estimatedMs: pp.prediction.estimatedMs,
+      estimatedBand: pp.prediction.band,
       weightBytes,
       bytesMoved: ops.reduce((s, o) => s + o.bytes, 0),
       interpreterWeightGBps: gbps(weightBytes, interpreterMs),
       coremlWeightGBps: coremlMs !== undefined ? gbps(weightBytes, coremlMs) : undefined,
       estimatedWeightGBps: gbps(weightBytes, pp.prediction.estimatedMs),
+      work: workOf(plan, pp.name),
       ops,
     });
   }
@@ -336,6 +346,12 @@ export async function profile(
       uninstrumentedMsPerToken: packages.reduce((s, p) => s + (p.uninstrumentedMs ?? 0), 0),
       coremlMsPerToken: allCoreml ? packages.reduce((s, p) => s + (p.coremlMs ?? 0), 0) : undefined,
       estimatedMsPerToken: packages.reduce((s, p) => s + p.estimatedMs, 0),
+      estimatedMsPerTokenBand: packages.every((p) => p.estimatedBand)
+        ? {
+            low: packages.reduce((s, p) => s + (p.estimatedBand?.lowMs ?? 0), 0),
+            high: packages.reduce((s, p) => s + (p.estimatedBand?.highMs ?? 0), 0),
+          }
+        : undefined,
     },
     opTypes: opTypeRows(packages),
     disagreements: packages
@@ -414,6 +430,7 @@ export function formatProfile(p: ProfileReport): string {
         "interp",
         "Core ML",
         "estimate",
+        "band",
         "weights",
         "interp GB/s",
         "Core ML GB/s",
@@ -425,6 +442,7 @@ export function formatProfile(p: ProfileReport): string {
         ms(k.interpreterMs),
         ms(k.coremlMs),
         ms(k.estimatedMs),
+        k.estimatedBand ? `${ms(k.estimatedBand.lowMs)}–${ms(k.estimatedBand.highMs)}` : "—",
         fmtBytes(k.weightBytes),
         rate(k.interpreterWeightGBps),
         rate(k.coremlWeightGBps),
@@ -438,7 +456,10 @@ export function formatProfile(p: ProfileReport): string {
       (c.coremlMsPerToken !== undefined
         ? ` · Core ML ${ms(c.coremlMsPerToken)} (${(1000 / c.coremlMsPerToken).toFixed(1)} tok/s)`
         : "") +
-      ` · estimate ${ms(c.estimatedMsPerToken)} (${(1000 / c.estimatedMsPerToken).toFixed(1)} tok/s)`,
+      ` · estimate ${ms(c.estimatedMsPerToken)} (${(1000 / c.estimatedMsPerToken).toFixed(1)} tok/s` +
+      (c.estimatedMsPerTokenBand
+        ? `, band ${(1000 / c.estimatedMsPerTokenBand.high).toFixed(1)}–${(1000 / c.estimatedMsPerTokenBand.low).toFixed(1)})`
+        : ")"),
   );
   if (c.uninstrumentedMsPerToken !== undefined) {
     const extra = c.interpreterMsPerToken - c.uninstrumentedMsPerToken;

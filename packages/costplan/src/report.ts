@@ -114,6 +114,8 @@ export const FunctionPlanSchema = z.object({
   opset: z.string(),
   /** Bytes of the function's inputs and outputs (states excluded): what a prediction passes. */
   io: z.object({ inputBytes: nonneg, outputBytes: nonneg }).optional(),
+  /** The KV caches its attention reads: parts (a layer's K or V each), rows, bytes per row of a part. */
+  kv: z.object({ parts: count, rows: count, bytesPerRow: nonneg }).optional(),
   ops: z.array(OpEntrySchema),
   summary: FunctionSummarySchema,
   interruptions: InterruptionsSchema,
@@ -130,11 +132,15 @@ export const PackagePlanSchema = z.object({
   weightBytesStored: nonneg,
   functions: z.array(FunctionPlanSchema),
   prediction: z.object({
-    /** decode function estimatedMs + dispatchMs + ioMs. */
+    /** decode function estimatedMs + dispatchMs + ioMs + kvMs. */
     estimatedMs: nonneg,
     dispatchMs: nonneg,
     /** Passing the decode function's inputs and outputs (runtime.ioMsPerMB). */
     ioMs: nonneg.optional(),
+    /** The ctx term: KV rows the attention reads, up to the knee (runtime.kvMsPerMB). */
+    kvMs: nonneg.optional(),
+    /** estimatedMs under runtimeBand's low and high figures (the per-op ANE cost's range). */
+    band: z.object({ lowMs: nonneg, highMs: nonneg }).optional(),
     measuredMs: nonneg.optional(),
     measuredRuns: count.optional(),
     measuredWarmup: count.optional(),
@@ -151,6 +157,8 @@ const TotalsSchema = z.object({
   interruptions: count,
   /** Σ over packages of one prediction of the decode function (with dispatch). */
   estimatedMs: nonneg,
+  /** estimatedMs under runtimeBand's low and high figures. */
+  estimatedMsBand: z.object({ low: nonneg, high: nonneg }).optional(),
 });
 
 export const OpTypeRowSchema = z.object({
@@ -187,6 +195,9 @@ export const ChainSchema = z.object({
   predictionsPerToken: count,
   estimatedMsPerToken: nonneg,
   estimatedTokPerSec: nonneg,
+  /** The same under runtimeBand's low and high figures (tok/s: low = the slower end). */
+  estimatedMsPerTokenBand: z.object({ low: nonneg, high: nonneg }).optional(),
+  estimatedTokPerSecBand: z.object({ low: nonneg, high: nonneg }).optional(),
   measuredMsPerToken: nonneg.optional(),
   measuredTokPerSec: nonneg.optional(),
 });
@@ -210,6 +221,16 @@ export const RuntimeSchema = z.object({
   switchMs: FigureSchema,
   aneOpMs: FigureSchema,
   ioMsPerMB: FigureSchema.optional(),
+  kvMsPerMB: FigureSchema.optional(),
+  kvKneeRows: FigureSchema.optional(),
+});
+
+/** The runtime figures at both ends of the per-op ANE cost's range (each set fitted with it). */
+export const RuntimeBandSchema = z.object({
+  low: RuntimeSchema,
+  high: RuntimeSchema,
+  /** Where the range comes from: a published range, or a calibration that fitted it. */
+  source: z.string(),
 });
 
 export const CostReportSchema = z.object({
@@ -225,6 +246,8 @@ export const CostReportSchema = z.object({
   }),
   chip: ChipSummarySchema,
   runtime: RuntimeSchema,
+  /** Absent in reports written before projections came as a band (still schema version 1). */
+  runtimeBand: RuntimeBandSchema.optional(),
   computeUnits: z.enum(["cpuAndNeuralEngine", "all", "cpuAndGPU", "cpuOnly"]),
   packages: z.array(PackagePlanSchema),
   totals: TotalsSchema,
@@ -248,6 +271,7 @@ export type TopOp = z.infer<typeof TopOpSchema>;
 export type Fallback = z.infer<typeof FallbackSchema>;
 export type ChainSummary = z.infer<typeof ChainSchema>;
 export type CostReport = z.infer<typeof CostReportSchema>;
+export type RuntimeBand = z.infer<typeof RuntimeBandSchema>;
 
 /** Validates a report (e.g. one read back from JSON); throws ReportSchemaError naming the field. */
 export function parseReport(value: unknown, where = "report"): CostReport {

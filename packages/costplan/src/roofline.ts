@@ -2,7 +2,7 @@
  * Roofline time of one op on one device: max(FLOPs / peak throughput, bytes / attainable
  * bandwidth). On the ANE the bandwidth is the measured weight-streaming figure times the
  * attainable fraction (calibration.ts fits it); on the CPU and GPU the chip profile's figures.
- * ANE ops that do work add `aneOpMs` (0 unless set).
+ * ANE kernel ops (op-table's `kernel`: conv, linear, matmul, SDPA) add `aneOpMs`.
  */
 import type { ChipProfile, RuntimeFigures } from "./chips.js";
 import type { Placement } from "./placement.js";
@@ -37,12 +37,14 @@ export function opTime(
   bytes: number,
   chip: ChipProfile,
   runtime: Pick<RuntimeFigures, "bandwidthFraction" | "aneOpMs">,
+  /** A kernel of its own on the ANE (ANE_KERNEL_OPS): pays `aneOpMs`. */
+  kernel = false,
 ): OpTime {
   if (device === "load" || (flops === 0 && bytes === 0)) return { ms: 0, bound: "none" };
   const rates = deviceRates(device, chip, runtime);
   const compute = flops / rates.flops;
   const memory = bytes / rates.bytes;
-  const fixed = device === "ANE" ? runtime.aneOpMs.value : 0;
+  const fixed = device === "ANE" && kernel ? runtime.aneOpMs.value : 0;
   return compute > memory
     ? { ms: compute * 1e3 + fixed, bound: "compute" }
     : { ms: memory * 1e3 + fixed, bound: "memory" };

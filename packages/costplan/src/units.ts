@@ -1,4 +1,6 @@
 /** Number formatting shared by the text reports (decimal units: 1 MB = 10^6 bytes, like GB/s). */
+import { mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { dirname } from "node:path";
 
 /** `x` in the largest of `units` ([scale, name, decimals], largest first) it reaches, else whole `base`s. */
 function scaled(x: number, units: readonly (readonly [number, string, number])[], base: string): string {
@@ -63,4 +65,21 @@ export function table(
       .join("  ")
       .trimEnd();
   return [line(header), ...rows.map(line)].join("\n");
+}
+
+/** Writes `value` as JSON to `file` atomically: a temp file beside it, then a rename. */
+export async function writeJsonAtomic(
+  file: string,
+  value: unknown,
+  indent: number | undefined = 2,
+): Promise<void> {
+  await mkdir(dirname(file), { recursive: true });
+  const tmp = `${file}.${process.pid}.tmp`;
+  try {
+    await writeFile(tmp, `${JSON.stringify(value, null, indent)}\n`);
+    await rename(tmp, file);
+  } catch (cause) {
+    await rm(tmp, { force: true });
+    throw cause;
+  }
 }

@@ -2,7 +2,15 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { CHIP_IDS, CHIPS, DEFAULT_RUNTIME, FITTED_RUNTIME, TOOL_NAME, TOOL_VERSION } from "../src/index.js";
+import {
+  CHIP_IDS,
+  CHIPS,
+  DEFAULT_RUNTIME,
+  FITTED_BAND,
+  FITTED_RUNTIME,
+  TOOL_NAME,
+  TOOL_VERSION,
+} from "../src/index.js";
 
 const pkgDir = join(import.meta.dirname, "..");
 
@@ -60,10 +68,13 @@ describe("chips", () => {
   it.skipIf(!existsSync(calibration))(
     "calibration.ts holds the figures bench/calibrate.ts last fitted (skipped when bench/results/calibration.json is absent: run `pnpm calibrate`)",
     () => {
-      const fit = JSON.parse(readFileSync(calibration, "utf8")).fitted;
-      expect(FITTED_RUNTIME.dispatchMs.value).toBe(fit.dispatchMs);
-      expect(FITTED_RUNTIME.bandwidthFraction.value).toBe(fit.bandwidthFraction);
-      expect(FITTED_RUNTIME.ioMsPerMB.value).toBe(fit.ioMsPerMB);
+      const file = JSON.parse(readFileSync(calibration, "utf8"));
+      expect(file.schema).toBe("anemll-qwen35.costplan-calibration");
+      const values = (rt: Record<string, { value: number }>) =>
+        Object.fromEntries(Object.entries(rt).map(([k, f]) => [k, f.value]));
+      expect(values(FITTED_RUNTIME as never)).toEqual(values(file.runtime));
+      expect(values(FITTED_BAND.low as never)).toEqual(values(file.band.low));
+      expect(values(FITTED_BAND.high as never)).toEqual(values(file.band.high));
       expect(FITTED_RUNTIME.bandwidthFraction.value).toBeLessThanOrEqual(1);
     },
   );

@@ -39,7 +39,11 @@ describe("stand-in chain (tiny dims)", () => {
   });
 
   it("fusing two super-blocks into one package saves one dispatch and one hand-off; weights read stay the same", async () => {
-    const opts = { native: "off" as const };
+    // passing inputs/outputs priced (the default fit puts it at 0 since the ctx term exists)
+    const opts = {
+      native: "off" as const,
+      runtime: { ioMsPerMB: { value: 0.5, kind: "assumed" as const, source: "test" } },
+    };
     const a = await costplan(buildStandInChain(TINY, { fuse: 1, ctx: 32, headBits: 4 }), opts);
     const b = await costplan(buildStandInChain(TINY, { fuse: 2, ctx: 32, headBits: 4 }), opts);
     const c = compareReports(a, b);

@@ -148,6 +148,8 @@ async function loadChain(
     prefillFunction: o.prefillFunction,
     dropPrefill: o.dropPrefill,
     prefillCheck: o.prefillCheck,
+    // the MTP head and the verify functions, when asked to speculate (chains converted with the head)
+    speculative: o.speculative === "mtp",
     onProgress: (e) => o.onProgress?.(e),
     signal: o.signal,
   });

@@ -29,6 +29,8 @@ export interface LoadedComponent {
   ): Promise<Record<string, Tensor>>;
   /** The package's prefill function over the same state, when asked for and the backend runs it. */
   readonly prefill?: ChainPrefill;
+  /** The package's verify function (a chain with an MTP head), when asked for. */
+  readonly verify?: ChainPrefill;
   dispose(): void;
 }
 
@@ -38,6 +40,13 @@ export interface LoadComponentOptions {
   readonly io: ComponentIO;
   /** The package's prefill function (model.json's component.prefill), to load beside `functionName`. */
   readonly prefill?: PrefillFunction;
+  /** The package's verify function (model.json's component.verify), to load beside them. */
+  readonly verify?: PrefillFunction;
+  /**
+   * Load `functionName` only when it is first run (a speculating chain: verify serves as its
+   * decode step, so decode is loaded only if the chain needs it, at the end of the context).
+   */
+  readonly lazyMain?: boolean;
   /** sha256 of the package (from model.json): the compile-cache key. */
   readonly sha256: string;
   readonly signal?: AbortSignal;

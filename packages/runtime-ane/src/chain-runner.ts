@@ -10,8 +10,8 @@ import { AnemllError, InvalidArgumentError, type Tensor } from "@anemll-qwen35/c
 import {
   ContextOverflowError,
   SnapshotMismatchError,
+  type SpeculativeStepModel,
   type StateSnapshot,
-  type StepModel,
   type StepOptions,
   type StepOutput,
 } from "@anemll-qwen35/generate";
@@ -24,7 +24,10 @@ import {
   chainBuckets,
   chainFunctions,
   DECODE_FAMILY,
+  hiddenRow,
+  MtpHead,
   PREFILL_FAMILY,
+  type PrefillFunction,
   readChainManifest,
   ringRow,
   type StatePlan,
@@ -68,6 +71,15 @@ export interface LoadChainOptions {
    * "off" trusts model.json.
    */
   prefillCheck?: PrefillCheckMode;
+  /**
+   * Speculative decoding with the chain's MTP head (model.json's `speculative`; default false):
+   * loads the head's package and every super-block and lm_head package's verify function, which
+   * then also serves as the decode step — resident per super-block package: prefill + verify
+   * (decode is loaded only when the chain reaches the last k positions of its context, or ring
+   * rows past it, where k + 1 rows no longer fit); lm_head: verify only. Without a head in the
+   * conversion the chain loads as usual and maxDraftTokens is 0.
+   */
+  speculative?: boolean;
   /**
    * Check every package against model.json's sha256 before loading (default true; digests are
    * cached by the packages' inodes, sizes, mtimes and ctimes, see ir/chain's verifyChainPackages).
@@ -117,6 +129,21 @@ export class ChainLoadError extends AnemllError {
   }
 }
 
+/** What a speculating chain keeps for its MTP head: its cache, and the trunk's rows it has yet to see. */
+interface HeadSnapshot {
+  readonly cache: ComponentSnapshot;
+  readonly committed: number;
+  readonly trail: readonly TrailRow[];
+  readonly selection: number;
+}
+
+/** A consumed token and the last super-block's hidden row [1, D, 1, 1] at its position. */
+interface TrailRow {
+  readonly position: number;
+  readonly token: number;
+  readonly hidden: Tensor;
+}
+
 /** A ChainRunner's state: every super-block's buffers (KV rows written so far) and the tokens consumed. */
 class ChainSnapshot implements StateSnapshot {
   readonly bytes: number;
@@ -127,9 +154,14 @@ class ChainSnapshot implements StateSnapshot {
     /** The tokens a slide would prefill again (slide mode only). */
     readonly history: Int32Array,
     blocks: readonly (ComponentSnapshot | undefined)[],
+    /** A speculating chain's MTP head. */
+    readonly head?: HeadSnapshot,
   ) {
     this.blocks = blocks;
-    this.bytes = history.byteLength + blocks.reduce((n, b) => n + (b?.bytes ?? 0), 0);
+    this.bytes =
+      history.byteLength +
+      blocks.reduce((n, b) => n + (b?.bytes ?? 0), 0) +
+      (head ? head.cache.bytes + head.trail.reduce((n, r) => n + r.hidden.data.byteLength, 0) : 0);
   }
   /** The super-blocks' copies (undefined once disposed). */
   get states(): readonly (ComponentSnapshot | undefined)[] | undefined {
@@ -156,6 +188,7 @@ const part = (name: string, io: ChainComponent["io"], c: LoadedComponent): Chain
   predict: (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) =>
     c.predict(inputs, state, position),
   prefill: c.prefill,
+  verify: c.verify,
 });
 
 /**
@@ -165,7 +198,7 @@ const part = (name: string, io: ChainComponent["io"], c: LoadedComponent): Chain
  * the new ones, so no more than one bucket's functions are ever resident and nothing is prefilled
  * again.
  */
-export class ChainRunner implements StepModel {
+export class ChainRunner implements SpeculativeStepModel {
   readonly manifest: ChainManifest;
   readonly dir: string;
   readonly backend: Backend;
@@ -182,6 +215,17 @@ export class ChainRunner implements StepModel {
   private readonly ring: { readonly sinks: number } | undefined;
   private readonly T: number | undefined;
   private resident: Resident;
+  /** A speculating chain: its MTP head and what it has yet to see (it runs at the largest bucket). */
+  private readonly mtp?: MtpHead;
+  private readonly mtpComponent?: LoadedComponent;
+  /** Head cache slots filled with (trunk hidden_t, token t+1): t < committed. */
+  private headCommitted = 0;
+  /** Consumed tokens with their trunk hidden rows, from position headCommitted − 1 on. */
+  private trail: TrailRow[] = [];
+  /** The last verify, until accept() commits a prefix of it. */
+  private pending?:
+    | { readonly kind: "rows"; readonly ids: readonly number[]; readonly rows: readonly Tensor[] }
+    | { readonly kind: "replay"; readonly ids: readonly number[]; readonly before: StateSnapshot };
   /** Tokens consumed since reset. */
   private pos = 0;
   /** "slide": every token consumed since reset (to refill the window when sliding). */
@@ -195,6 +239,7 @@ export class ChainRunner implements StepModel {
     head: LoadedComponent,
     resident: Resident,
     o: LoadChainOptions,
+    mtp?: { entry: ChainManifestComponent; loaded: LoadedComponent },
   ) {
     this.dir = dir;
     this.manifest = manifest;
@@ -211,6 +256,18 @@ export class ChainRunner implements StepModel {
     // ring: as many positions as the packages can encode
     this.contextLength = this.overflow === "ring" ? resident.stepper.positionLimit : manifest.ctx;
     this.slideKeep = o.slideKeep ?? 0.5;
+    if (mtp) {
+      this.mtpComponent = mtp.loaded;
+      this.mtp = new MtpHead(
+        {
+          name: mtp.entry.name,
+          io: mtp.entry.io,
+          newState: (plan: StatePlan) => mtp.loaded.newState(plan),
+          predict: (inputs, state, position) => mtp.loaded.predict(inputs, state, position),
+        },
+        this.ring?.sinks ?? 0,
+      );
+    }
   }
 
   /** Tokens per prefill call when every super-block package has a prefill function and it is wanted. */
@@ -271,10 +328,41 @@ export class ChainRunner implements StepModel {
         index: last,
         total: entries.length,
       });
-      loaded.push(await loadEntry(entries[last], () => loadFunction(dir, entries[last], options)));
+      const speculating = speculativeOf(manifest, options) !== undefined;
+      if (speculating) {
+        const missing = entries.find((c) => c.kind !== "embed" && !c.verify);
+        if (missing)
+          throw new ChainLoadError(missing.name, "model.json lists an MTP head but no verify function here");
+      }
+      loaded.push(await loadEntry(entries[last], () => loadFunction(dir, manifest, entries[last], options)));
       const T = ChainRunner.prefillOf(manifest, options);
-      const resident = await residentAt(dir, manifest, loaded[0], loaded[1], 0, T !== undefined, options);
-      runner = new ChainRunner(dir, manifest, loaded[0], loaded[1], resident, options);
+      // a speculating chain runs at the largest bucket: its verify functions are that bucket's
+      const b = speculating ? chainBuckets(manifest).length - 1 : 0;
+      const resident = await residentAt(dir, manifest, loaded[0], loaded[1], b, T !== undefined, options);
+      loaded.push(...resident.loaded);
+      const spec = speculativeOf(manifest, options);
+      let mtp: { entry: ChainManifestComponent; loaded: LoadedComponent } | undefined;
+      if (spec) {
+        const entry = spec.mtp;
+        options.onProgress?.({
+          stage: "load",
+          component: entry.name,
+          index: entries.length,
+          total: entries.length + 1,
+        });
+        const c = await loadEntry(entry, () =>
+          options.backend.load(join(dir, entry.file), {
+            name: entry.name,
+            functionName: entry.function,
+            io: entry.io,
+            sha256: entry.sha256,
+            signal: options.signal,
+          }),
+        );
+        loaded.push(c);
+        mtp = { entry, loaded: c };
+      }
+      runner = new ChainRunner(dir, manifest, loaded[0], loaded[1], resident, options, mtp);
     } catch (err) {
       for (const c of loaded) c.dispose();
       throw err;
@@ -344,6 +432,11 @@ export class ChainRunner implements StepModel {
     return this.checked;
   }
 
+  /** The most drafts one verify call takes: k of the conversion when speculating, else 0. */
+  get maxDraftTokens(): number {
+    return this.mtp ? (this.manifest.speculative?.draftTokens ?? 0) : 0;
+  }
+
   get position(): number {
     return this.pos;
   }
@@ -362,17 +455,28 @@ export class ChainRunner implements StepModel {
     this.pos = 0;
     this.history = [];
     this.resident.stepper.reset();
+    this.mtp?.state.reset();
+    this.headCommitted = 0;
+    this.trail = [];
+    this.pending = undefined;
   }
 
   /** Copies every super-block's state (KV caches up to the rows written) and the tokens consumed. */
   async snapshot(): Promise<StateSnapshot> {
     this.checkLive();
     const rows = Math.min(this.pos, this.bucket);
+    const head = this.mtp && {
+      cache: await this.mtp.state.snapshot(Math.min(this.headCommitted, this.manifest.ctx)),
+      committed: this.headCommitted,
+      trail: [...this.trail],
+      selection: this.resident.stepper.selection,
+    };
     return new ChainSnapshot(
       this,
       this.pos,
       Int32Array.from(this.history),
       await this.resident.stepper.snapshot(rows),
+      head,
     );
   }
 
@@ -388,9 +492,21 @@ export class ChainRunner implements StepModel {
     await stepper.restore(states);
     this.pos = snapshot.position;
     this.history = Array.from(snapshot.history);
+    this.pending = undefined;
+    const head = snapshot.head;
+    if (this.mtp && head) {
+      await this.mtp.state.restore(head.cache);
+      this.headCommitted = head.committed;
+      this.trail = [...head.trail];
+      stepper.selection = head.selection;
+    }
   }
 
   async prefill(ids: Int32Array | number[], opts: StepOptions = {}): Promise<StepOutput> {
+    // a verify not accepted is dropped: the state is where it was before it
+    const dropped = this.pending;
+    this.pending = undefined;
+    if (dropped?.kind === "replay") await this.restore(dropped.before);
     const tokens = Array.from(ids);
     if (tokens.length === 0) throw new AnemllError("E_EMPTY_PROMPT", "prefill needs at least one token");
     if (this.position + tokens.length > this.contextLength) {
@@ -408,6 +524,17 @@ export class ChainRunner implements StepModel {
   }
 
   async decode(id: number, opts: StepOptions = {}): Promise<StepOutput> {
+    // speculating: the verify function is the decode step while its rows fit the context
+    if (this.mtp && this.verifyFits()) {
+      const [out] = await this.verify([id], opts);
+      await this.accept(1, opts);
+      return out;
+    }
+    return this.decodeOne(id, opts);
+  }
+
+  /** One token through the decode function (sliding or wrapping past the context as configured). */
+  private async decodeOne(id: number, opts: StepOptions): Promise<StepOutput> {
     if (this.position >= this.contextLength) {
       if (this.overflow === "ring") throw new PositionLimitError(this.position, this.contextLength);
       if (this.overflow === "error") throw new ContextOverflowError(this.position + 1, this.contextLength);
@@ -426,6 +553,7 @@ export class ChainRunner implements StepModel {
 
   /** The smallest bucket (index) holding `end` tokens; the largest past it (ring KV). */
   private bucketFor(end: number): number {
+    if (this.mtp) return this.buckets.length - 1;
     const i = this.buckets.findIndex((b) => b >= end);
     return i < 0 ? this.buckets.length - 1 : i;
   }
@@ -463,7 +591,10 @@ export class ChainRunner implements StepModel {
     const b = this.bucketFor(this.pos + (whole ? Math.ceil(tokens.length / T) * T : tokens.length));
     const ctx = this.buckets[b];
     const batched = T !== undefined && tokens.length >= 2;
-    const stepper = await this.ensure(b, batched || (this.resident.prefill && !this.options.dropPrefill));
+    // a speculating chain keeps its functions (the stepper holds the verify's row selection)
+    const stepper = this.mtp
+      ? this.resident.stepper
+      : await this.ensure(b, batched || (this.resident.prefill && !this.options.dropPrefill));
     let out: StepOutput | undefined;
     let i = 0;
     while (i < tokens.length) {
@@ -474,16 +605,25 @@ export class ChainRunner implements StepModel {
       if (n >= 2 && stepper.canPrefill(this.pos, n)) {
         const chunk = tokens.slice(i, i + n);
         const r = await stepper.prefill(chunk, this.pos, wantOutput && last);
-        this.pos += n;
-        if (this.overflow === "slide") this.history.push(...chunk);
+        this.record(chunk, r.hidden[r.hidden.length - 1]);
         out = r.head;
         i += n;
+      } else if (this.mtp && this.verifyFits()) {
+        // speculating: the rest goes through verify calls, every row accepted (decode is not loaded)
+        const chunk = tokens.slice(i, i + (stepper.verifyTokens as number));
+        const hiddens = await stepper.verify(chunk, this.pos);
+        stepper.accept(chunk.length);
+        const lastRows = hiddens[hiddens.length - 1];
+        this.record(chunk, lastRows);
+        i += chunk.length;
+        if (wantOutput && i === tokens.length)
+          out = await stepper.runHead(hiddenRow(lastRows, chunk.length - 1));
       } else {
         out = await this.step(stepper, tokens[i], wantOutput && i === tokens.length - 1);
         i++;
       }
     }
-    if (batched && this.options.dropPrefill) await this.ensure(b, false);
+    if (batched && this.options.dropPrefill && !this.mtp) await this.ensure(b, false);
     return out ?? { logits: new Float32Array(0) };
   }
 
@@ -497,15 +637,158 @@ export class ChainRunner implements StepModel {
     withHead: boolean,
   ): Promise<StepOutput | undefined> {
     const r = await stepper.step(token, this.pos, withHead);
-    this.pos++;
-    if (this.overflow === "slide") this.history.push(token);
+    this.record([token], r.hidden[r.hidden.length - 1]);
     return r.head;
+  }
+
+  /** Whether a verify call's k + 1 rows fit the context from the current position. */
+  private verifyFits(): boolean {
+    const T = this.resident.stepper.verifyTokens;
+    return T !== undefined && this.pos + T <= this.manifest.ctx;
+  }
+
+  /**
+   * A speculating chain: the tokens just consumed at [pos, pos + n) with the last super-block's
+   * hidden state of them ([1, D, 1, ≥ n]), kept until the MTP head has seen them; advances pos.
+   */
+  private record(tokens: readonly number[], hidden: Tensor): void {
+    for (const [j, token] of tokens.entries()) {
+      if (this.mtp) this.trail.push({ position: this.pos, token, hidden: hiddenRow(hidden, j) });
+      this.pos++;
+    }
+    if (this.overflow === "slide") this.history.push(...tokens);
+  }
+
+  private speculating(): MtpHead {
+    this.checkLive();
+    if (!this.mtp)
+      throw new AnemllError(
+        "E_SPECULATIVE_UNSUPPORTED",
+        this.manifest.speculative
+          ? "this chain was loaded without speculative: true (load it with the MTP head to draft)"
+          : "this chain was converted without an MTP head (no mtp.* tensors in the checkpoint, or --no-mtp)",
+      );
+    return this.mtp;
+  }
+
+  /** The head's cache catches up with the trunk: the pairs (hidden_t, token t+1) for t < pos − 1. */
+  private async catchUpHead(head: MtpHead, opts: StepOptions): Promise<void> {
+    const byPos = new Map(this.trail.map((r) => [r.position, r]));
+    for (let t = this.headCommitted; t < this.pos - 1; t++) {
+      opts.signal?.throwIfAborted();
+      const h = byPos.get(t);
+      const next = byPos.get(t + 1);
+      if (!h || !next) throw new AnemllError("E_CHAIN_STATE", `the MTP head lost the trunk's row ${t}`);
+      await head.step(h.hidden, await this.resident.stepper.embedToken(next.token), 0, t);
+    }
+    this.headCommitted = Math.max(this.headCommitted, this.pos - 1);
+    this.trail = this.trail.filter((r) => r.position >= this.pos - 1);
+  }
+
+  /**
+   * Drafts `gamma` tokens after `next` (the token chosen from the last output, not yet consumed)
+   * with the MTP head applied recursively; the trunk's state does not move. Step 0 is the head's
+   * entry for (hidden of the last consumed token, next) — kept; the later steps' entries are
+   * provisional and rewritten from the trunk's hidden states once their tokens are accepted.
+   */
+  async draft(
+    next: number,
+    gamma: number,
+    pick: (out: StepOutput, i: number) => number,
+    opts: StepOptions = {},
+  ): Promise<{ ids: number[]; outputs: StepOutput[] }> {
+    const head = this.speculating();
+    const k = this.maxDraftTokens;
+    if (!Number.isInteger(gamma) || gamma < 1 || gamma > k)
+      throw new InvalidArgumentError(
+        `gamma must be an integer from 1 to ${k} (this chain's drafts per verify), got ${gamma}`,
+      );
+    if (this.pos === 0) throw new InvalidArgumentError("draft needs a consumed token (prefill first)");
+    if (this.pending) throw new AnemllError("E_CHAIN_STATE", "draft before accept() of the last verify");
+    await this.catchUpHead(head, opts);
+    const last = this.trail.find((r) => r.position === this.pos - 1);
+    if (!last) throw new AnemllError("E_CHAIN_STATE", "the MTP head lost the trunk's last row");
+    const ids: number[] = [];
+    const outputs: StepOutput[] = [];
+    let hidden = last.hidden;
+    let token = next;
+    for (let i = 0; i < gamma; i++) {
+      opts.signal?.throwIfAborted();
+      hidden = await head.step(
+        hidden,
+        await this.resident.stepper.embedToken(token),
+        i === 0 ? 0 : 1,
+        this.pos - 1 + i,
+      );
+      const [out] = await this.resident.stepper.runHeadRows([hidden], [1]);
+      outputs.push(out);
+      token = pick(out, i);
+      ids.push(token);
+    }
+    this.headCommitted = this.pos;
+    return { ids, outputs };
+  }
+
+  /**
+   * Scores [next, ...drafts] in one call of every package's verify function (rows past them
+   * masked); row j is the trunk's output after ids[0..j]. Nothing is committed until accept().
+   * Where the k + 1 rows do not fit the context (its last k positions, ring rows past it) the ids
+   * go through decode one by one and accept() rolls back to a snapshot (same outputs, more calls).
+   */
+  async verify(ids: number[], opts: StepOptions = {}): Promise<StepOutput[]> {
+    this.speculating();
+    const T = this.resident.stepper.verifyTokens as number;
+    if (ids.length < 1 || ids.length > T)
+      throw new InvalidArgumentError(
+        `verify takes 1 … ${T} ids (next and up to ${T - 1} drafts), got ${ids.length}`,
+      );
+    if (this.pending) throw new AnemllError("E_CHAIN_STATE", "verify before accept() of the last verify");
+    opts.signal?.throwIfAborted();
+    if (this.verifyFits()) {
+      const hiddens = await this.resident.stepper.verify(ids, this.pos);
+      const last = hiddens[hiddens.length - 1];
+      const rows = ids.map((_, j) => hiddenRow(last, j));
+      const outputs = await this.resident.stepper.runHeadRows(rows, new Array(rows.length).fill(0));
+      this.pending = { kind: "rows", ids: [...ids], rows };
+      return outputs;
+    }
+    const before = await this.snapshot();
+    const outputs: StepOutput[] = [];
+    for (const id of ids) outputs.push(await this.decodeOne(id, opts));
+    this.pending = { kind: "replay", ids: [...ids], before };
+    return outputs;
+  }
+
+  /** Commits the first n ids of the last verify; nothing advances past a rejected token. */
+  async accept(n: number, opts: StepOptions = {}): Promise<void> {
+    this.speculating();
+    const p = this.pending;
+    if (!p) throw new AnemllError("E_CHAIN_STATE", "accept() without a verify");
+    if (!Number.isInteger(n) || n < 1 || n > p.ids.length)
+      throw new InvalidArgumentError(
+        `accept takes 1 … ${p.ids.length} (the ids of the last verify), got ${n}`,
+      );
+    this.pending = undefined;
+    if (p.kind === "rows") {
+      this.resident.stepper.accept(n);
+      for (const [j, token] of p.ids.slice(0, n).entries()) {
+        this.trail.push({ position: this.pos, token, hidden: p.rows[j] });
+        this.pos++;
+      }
+      if (this.overflow === "slide") this.history.push(...p.ids.slice(0, n));
+      return;
+    }
+    if (n === p.ids.length) return;
+    await this.restore(p.before);
+    p.before.dispose();
+    for (const id of p.ids.slice(0, n)) await this.decodeOne(id, opts);
   }
 
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
     for (const c of [this.embed, ...this.resident.loaded, this.head]) c.dispose();
+    this.mtpComponent?.dispose();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -520,6 +803,11 @@ function ringOf(manifest: ChainManifest, o: LoadChainOptions): { sinks: number }
   if (!Number.isInteger(sinks) || sinks < 0 || sinks >= manifest.ctx)
     throw new InvalidArgumentError(`ringSinks must be an integer in [0, ${manifest.ctx}), got ${sinks}`);
   return { sinks };
+}
+
+/** model.json's MTP head and verify size when the chain is loaded to speculate and has one. */
+function speculativeOf(manifest: ChainManifest, o: LoadChainOptions): ChainManifest["speculative"] {
+  return o.speculative ? manifest.speculative : undefined;
 }
 
 /** Loads one component, naming it in the error. */
@@ -540,6 +828,7 @@ async function loadEntry(
 /** A package's function `family` at bucket `ctx` (with the prefill function of that bucket, when asked). */
 function loadFunction(
   dir: string,
+  manifest: ChainManifest,
   entry: ChainManifestComponent,
   options: LoadChainOptions,
   ctx?: number,
@@ -549,11 +838,15 @@ function loadFunction(
   const at = (family: string) => table?.find((f) => f.family === family && f.ctx === ctx);
   const decode = at(DECODE_FAMILY) ?? { function: entry.function, io: entry.io };
   const pf = prefill ? at(PREFILL_FAMILY) : undefined;
+  // speculating: the verify function serves as the decode step (decode loads only if needed)
+  const verify: PrefillFunction | undefined = speculativeOf(manifest, options) ? entry.verify : undefined;
   return options.backend.load(join(dir, entry.file), {
     name: entry.name,
     functionName: decode.function,
     io: decode.io,
     prefill: pf && { function: pf.function, tokens: pf.tokens, io: pf.io },
+    verify,
+    lazyMain: verify !== undefined,
     sha256: entry.sha256,
     signal: options.signal,
   });
@@ -578,7 +871,7 @@ async function residentAt(
       o.signal?.throwIfAborted();
       o.onProgress?.({ stage: "load", component: entry.name, index, total: entries.length, bucket: ctx });
       // the table's ctx of an old model.json is the chain's ctx (one bucket)
-      loaded.push(await loadEntry(entry, () => loadFunction(dir, entry, o, ctx, prefill)));
+      loaded.push(await loadEntry(entry, () => loadFunction(dir, manifest, entry, o, ctx, prefill)));
     }
   } catch (err) {
     for (const c of loaded) c.dispose();
@@ -594,7 +887,7 @@ async function residentAt(
     part(first.name, first.io, embed),
     blocks.map((e, i) => part(e.name, ioAt(e), loaded[i])),
     part(last.name, last.io, head),
-    { ring: ringOf(manifest, o) },
+    { ring: ringOf(manifest, o), headRows: speculativeOf(manifest, o) !== undefined },
   );
   return { bucket: b, prefill, loaded, stepper };
 }

@@ -171,14 +171,26 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
         });
       }
       opts.signal?.throwIfAborted();
-      const model = await addon.load(compiled, units, opts.functionName);
-      live.add(model);
-      // the prefill function: a second model of the same compiled package, run on the decode
-      // model's native state (its buffers are bound by name and its KV rows written T at a time)
+      const loadFunction = async (name: string) => {
+        const m = await addon.load(compiled, units, name);
+        live.add(m);
+        return m;
+      };
+      // the prefill and verify functions: more models of the same compiled package, run on one
+      // native state (buffers bound by name, KV rows written T at a time); with lazyMain the
+      // default function is loaded when first run (Core ML keeps a weight copy per loaded function)
       const pf = opts.prefill;
-      const prefillModel = pf ? await addon.load(compiled, units, pf.function) : undefined;
-      if (prefillModel) live.add(prefillModel);
-      const run = (m: NativeModel, io: LoadComponentOptions["io"]) => {
+      const vf = opts.verify;
+      const prefillModel = pf ? await loadFunction(pf.function) : undefined;
+      const verifyModel = vf ? await loadFunction(vf.function) : undefined;
+      let model =
+        opts.lazyMain && (verifyModel ?? prefillModel) ? undefined : await loadFunction(opts.functionName);
+      const stateModel = (model ?? verifyModel ?? prefillModel) as NativeModel;
+      const mainModel = async () => {
+        model ??= await loadFunction(opts.functionName);
+        return model;
+      };
+      const run = (get: () => NativeModel | Promise<NativeModel>, io: LoadComponentOptions["io"]) => {
         const dtypes = new Map(io.inputs.map((t) => [t.name, t.dtype]));
         return async (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) => {
           const native: Record<string, NativeTensor> = {};
@@ -189,7 +201,7 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
             if (state.failure) throw state.failure;
             st = state.native;
           }
-          const out = await m.predict(native, st, position);
+          const out = await (await get()).predict(native, st, position);
           const result: Record<string, Tensor> = {};
           for (const [name, t] of Object.entries(out)) result[name] = fromNative(t);
           return result;
@@ -198,12 +210,17 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
       return {
         newState: (plan: StatePlan) =>
           new CoreMLState(
-            model.newState({ carried: plan.carried.map(buffer), rowWritten: plan.rowWritten.map(buffer) }),
+            stateModel.newState({
+              carried: plan.carried.map(buffer),
+              rowWritten: plan.rowWritten.map(buffer),
+            }),
           ),
-        predict: run(model, opts.io),
-        prefill: pf && prefillModel && { io: pf.io, tokens: pf.tokens, predict: run(prefillModel, pf.io) },
+        predict: run(mainModel, opts.io),
+        prefill: pf &&
+          prefillModel && { io: pf.io, tokens: pf.tokens, predict: run(() => prefillModel, pf.io) },
+        verify: vf && verifyModel && { io: vf.io, tokens: vf.tokens, predict: run(() => verifyModel, vf.io) },
         dispose() {
-          for (const m of [model, prefillModel]) {
+          for (const m of [model, prefillModel, verifyModel]) {
             if (!m || !live.delete(m)) continue;
             gone.add(m.stats());
             m.dispose();

@@ -55,8 +55,16 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
           keepFp32: options.keepFp32,
           onNonFinite: "ignore",
         });
-      const interp = interpreter(opts.functionName);
-      const run = (fn: MilInterpreter) =>
+      // each function's interpreter is made when first run (a speculating chain never runs decode)
+      const lazy = (name: string) => {
+        let made: MilInterpreter | undefined;
+        return () => {
+          made ??= interpreter(name);
+          return made;
+        };
+      };
+      const main = lazy(opts.functionName);
+      const run = (fn: () => MilInterpreter) =>
         async function predict(
           inputs: Record<string, Tensor>,
           state?: ComponentState,
@@ -71,7 +79,7 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
           const st = state instanceof InterpreterState ? state : undefined;
           // fp32 outputs skip an fp16 bit-pattern round trip; fp16-typed inputs round them again.
           // Carried state outputs are written into the buffers they replace (no allocation a step).
-          const r = fn.run(st ? st.bind(inputs) : inputs, {
+          const r = fn().run(st ? st.bind(inputs) : inputs, {
             state: st?.core,
             outputs: "fp32",
             into: st?.carriedTargets(),
@@ -86,21 +94,25 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
           return outputs;
         };
       const pf = opts.prefill;
+      const vf = opts.verify;
+      // the package's MLState is the same for every function: any of them makes it
+      const stateMaker = lazy(vf?.function ?? opts.functionName);
       return {
         newState: (plan: StatePlan) =>
-          new InterpreterState(plan, () => (plan.coreStates.length ? interp.newState() : undefined), {
+          new InterpreterState(plan, () => (plan.coreStates.length ? stateMaker().newState() : undefined), {
             copy: (core) => core?.clone(),
             bytes: (core) => core?.bytes ?? 0,
           }),
-        predict: run(interp),
-        // the prefill function binds and keeps the same buffers (its kept inputs and outputs share
-        // names); a short chunk's io KV rows past its tokens are not kept
+        predict: run(main),
+        // the prefill and verify functions bind and keep the same buffers (their kept inputs and
+        // outputs share names); a short chunk's io KV rows past its tokens are not kept
         prefill: pf && {
           io: pf.io,
           tokens: pf.tokens,
           partialRows: true,
-          predict: run(interpreter(pf.function)),
+          predict: run(lazy(pf.function)),
         },
+        verify: vf && { io: vf.io, tokens: vf.tokens, predict: run(lazy(vf.function)) },
         dispose() {},
       };
     },

@@ -29,6 +29,12 @@ export function registerBench(program: Command, ctx: Context): void {
     .option("--tokens <n>", "decode steps per measurement", int("--tokens", 1))
     .option("--seconds <s>", "seconds per window of parallel and pairing", num("--seconds", 0.1))
     .option(
+      "--ctx <n>",
+      "agent: the chains' context (default 4096; capped by a model's max positions)",
+      int("--ctx", 1),
+    )
+    .option("--calibration <file>", "agent: a `costplan calibrate` file for the ANE projections")
+    .option(
       "--ane <backend>",
       "auto (Core ML where available), coreml or reference",
       choice("--ane", ["auto", "coreml", "reference"] as const),
@@ -67,6 +73,8 @@ export function registerBench(program: Command, ctx: Context): void {
             model: o.model,
             tokens: o.tokens,
             seconds: o.seconds,
+            ctx: o.ctx,
+            calibration: o.calibration,
             ane: o.ane,
             noMlx: o.mlx === false,
             draft: o.draft,

@@ -77,6 +77,16 @@ export function registerConvert(program: Command, ctx: Context): void {
       "chunked",
     )
     .option(
+      "--no-mtp",
+      "leave the checkpoint's multi-token-prediction head out (kept by default when the checkpoint has mtp.* tensors: an mtp package and verify functions for --speculative mtp)",
+    )
+    .option(
+      "--verify-tokens <k>",
+      "most MTP drafts one verify call takes (its functions score k + 1 rows)",
+      int("--verify-tokens", 1, 4),
+      2,
+    )
+    .option(
       "--quant <policy>",
       `weight encodings per tensor: [preset,]pattern=encoding,… (the last matching rule wins) — presets ${Object.keys(QUANT_PRESETS).join(", ")}; ` +
         "patterns body, gdn, attn, mlp, lm_head, embed, a role (gdn.in_proj_qkv) or a tensor glob (layers.*.mlp.down_proj); " +
@@ -119,6 +129,8 @@ export function registerConvert(program: Command, ctx: Context): void {
           attention: o.attention,
           prefillBatch: o.prefillBatch,
           gdnPrefill: o.gdnPrefill,
+          mtp: o.mtp !== false,
+          verifyTokens: o.verifyTokens,
           quant: o.quant,
           body: o.lut,
           lmHead: o.lmheadLut,

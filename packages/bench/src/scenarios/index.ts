@@ -1,6 +1,7 @@
 /** Every scenario by name. */
 import type { Scenario } from "../scenario.js";
 import type { ScenarioName } from "../schema.js";
+import { agent } from "./agent.js";
 import { ctxSweep } from "./ctx-sweep.js";
 import { decode } from "./decode.js";
 import { expertSkip } from "./expert-skip.js";
@@ -29,4 +30,5 @@ export const scenarios: Readonly<Record<ScenarioName, Scenario>> = {
   "expert-skip": expertSkip,
   "fp32-islands": fp32Islands,
   "kv-expand": kvExpand,
+  agent,
 };

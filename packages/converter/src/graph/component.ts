@@ -27,7 +27,8 @@ import { type BuildOptions, type ComponentSpec, resolveBuildOptions } from "../o
 import { formatWeightQuant } from "../quant/policy.js";
 import { buildEmbed } from "./embed.js";
 import { checkAneLimits } from "./limits.js";
-import { buildLmHead } from "./lm-head.js";
+import { buildLmHead, buildLmHeadRows } from "./lm-head.js";
+import { buildMtp } from "./mtp.js";
 import { buildSuperblocks } from "./superblock.js";
 import { GraphWeights, type WeightSource } from "./weights.js";
 
@@ -40,11 +41,18 @@ export interface BuiltComponent {
   readonly prefill?: PrefillFunction;
   /** Super-blocks: every function, by family and context bucket (model.json's function table). */
   readonly functions?: readonly ChainFunction[];
+  /**
+   * Super-blocks and lm_head built with verifyTokens > 0: the verify function (same weights; for
+   * super-blocks at the largest bucket, which holds every position).
+   */
+  readonly verify?: PrefillFunction;
 }
 
 /** Function names of a super-block package with a prefill function (one bucket). */
 export const DECODE_FUNCTION = "decode";
 export const PREFILL_FUNCTION = "prefill";
+/** The verify function of super-block and lm_head packages of a chain with an MTP head. */
+export const VERIFY_FUNCTION = "verify";
 
 /** A family's function at a bucket: "decode" with one bucket, "decode_1024" with several. */
 export function bucketFunctionName(family: string, ctx: number, buckets: readonly number[]): string {
@@ -73,10 +81,11 @@ export async function buildComponent(
 ): Promise<BuiltComponent> {
   assertConvertible(source);
   const o = resolveBuildOptions(source.config, spec, options);
-  // a prefill function or more buckets beside decode: one program, its weights made once and
-  // adopted by every function
+  // a prefill or verify function or more buckets beside decode (lm_head: verify beside main): one
+  // program, its weights made once and adopted by every function
   const sb = spec.kind === "superblocks";
-  const multi = sb && (o.prefillBatch > 0 || o.buckets.length > 1) && !builder;
+  const verifies = (sb || spec.kind === "lm_head") && o.verifyTokens > 0;
+  const multi = ((sb && (o.prefillBatch > 0 || o.buckets.length > 1)) || verifies) && !builder;
   const program = multi ? new MilProgramBuilder({ blobSink: options.blobSink }) : undefined;
   const shared = program ? new Map<string, MilVar>() : undefined;
   const weightsFor = (fb: MilBuilder) =>
@@ -90,6 +99,20 @@ export async function buildComponent(
       store: options.store,
       shared,
     });
+  // the verify function: k + 1 rows scored in one call (super-blocks: at the largest bucket)
+  const buildVerify = async (): Promise<PrefillFunction | undefined> => {
+    if (!program || !verifies) return undefined;
+    const vb = program.function(VERIFY_FUNCTION);
+    const vw = weightsFor(vb);
+    const T = o.verifyTokens + 1;
+    const shape = { tokens: T, gdnForm: "scan" as const, wyChunk: o.wyChunk, verify: true };
+    const vio =
+      spec.kind === "superblocks"
+        ? await buildSuperblocks(vw, spec.first, spec.count, o, shape)
+        : await buildLmHeadRows(vw, o, T);
+    checkAneLimits(vb.function(), `${describe(spec)} (verify)`, (name) => vw.tensorOf(name));
+    return { function: VERIFY_FUNCTION, tokens: T, io: vio };
+  };
   if (program && spec.kind === "superblocks") {
     // every bucket, largest first (its decode function is the package's default), decode then prefill
     const functions: ChainFunction[] = [];
@@ -113,19 +136,26 @@ export async function buildComponent(
     const decode = top.find((f) => f.family === DECODE_FAMILY) as ChainFunction;
     const pf = top.find((f) => f.family === PREFILL_FAMILY);
     const prefill = pf && { function: pf.function, tokens: pf.tokens, io: pf.io };
+    const verify = await buildVerify();
     const model = program.model({
-      metadata: metadataOf(spec, o, decode.io, prefill),
+      metadata: metadataOf(spec, o, decode.io, prefill, verify),
       defaultFunctionName: decode.function,
     });
-    return { model, function: decode.function, io: decode.io, prefill, functions };
+    return { model, function: decode.function, io: decode.io, prefill, functions, verify };
   }
-  const b = builder ?? new MilBuilder({ blobSink: options.blobSink });
+  const b = program?.function("main") ?? builder ?? new MilBuilder({ blobSink: options.blobSink });
   const w = weightsFor(b);
   let io: ComponentIO;
   if (spec.kind === "embed") io = await buildEmbed(w, o);
   else if (spec.kind === "superblocks") io = await buildSuperblocks(w, spec.first, spec.count, o);
+  else if (spec.kind === "mtp") io = await buildMtp(w, o);
   else io = await buildLmHead(w, o);
   checkAneLimits(b.function(), describe(spec), (name) => w.tensorOf(name));
+  if (program) {
+    const verify = await buildVerify();
+    const metadata = metadataOf(spec, o, io, undefined, verify);
+    return { model: program.model({ metadata, defaultFunctionName: "main" }), function: "main", io, verify };
+  }
   return { model: b.model({ metadata: metadataOf(spec, o, io) }), function: b.functionName, io };
 }
 
@@ -135,6 +165,7 @@ function metadataOf(
   o: ReturnType<typeof resolveBuildOptions>,
   io: ComponentIO,
   prefill?: PrefillFunction,
+  verify?: PrefillFunction,
 ) {
   const rules = o.quant.policy.rules.map((r) => `${r.pattern}=${formatWeightQuant(r.quant)}`);
   const userDefined: Record<string, string> = {
@@ -149,6 +180,7 @@ function metadataOf(
     userDefined["com.anemll.prefill"] = String(prefill.tokens);
     userDefined["com.anemll.gdn_prefill"] = o.gdnPrefill;
   }
+  if (verify) userDefined["com.anemll.verify"] = String(verify.tokens);
   if (io.layers.length) userDefined["com.anemll.layers"] = io.layers.join(",");
   if (o.buckets.length > 1) userDefined["com.anemll.buckets"] = o.buckets.join(",");
   return { shortDescription: `Qwen3.5 ${describe(spec)} (anemll-qwen35)`, userDefined };

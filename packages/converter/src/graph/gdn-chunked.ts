@@ -44,9 +44,17 @@ export const DEFAULT_WY_CHUNK = 16;
 export interface GdnChunkInputs {
   /** [1, 1, T, 1]: 1 for the chunk's tokens, 0 for rows past its last one. */
   readonly valid: MilVar;
-  /** [1, T + K − 1, K − 1]: one-hot, picks the conv window after the last valid token. */
-  readonly convPick: MilVar;
+  /**
+   * [1, T + K − 1, K − 1]: one-hot, picks the conv window after the last valid token (absent with
+   * rowStates: the verify function keeps every row's window instead).
+   */
+  readonly convPick?: MilVar;
   readonly form: GdnPrefillForm;
+  /**
+   * The verify function: also every row's states after it (`rows` of the step; the scan form,
+   * which computes them anyway).
+   */
+  readonly rowStates?: boolean;
   /** WY sub-chunk length (chunked form). */
   readonly wyChunk: number;
 }
@@ -99,7 +107,14 @@ export async function gdnChunkLayer(
     acc = acc ? b.add({ x: acc, y: term, name: `conv${k}` }) : term;
   }
   const mixed = siluTanh(b, acc as MilVar, "conv_act"); // [1, convDim, T]
-  const convNext = b.matmul({ x: window, y: chunk.convPick, name: "conv_next" }); // [1, convDim, K-1]
+  // the window after row j is columns j+1 … j+K-1 of [cached | chunk]
+  const windowAfter = (j: number) =>
+    b.sliceByIndex({ x: window, begin: [0, 0, j + 1], end: [1, convDim, j + K], name: `win_after${j}` });
+  const after = chunk.rowStates ? Array.from({ length: T }, (_, j) => windowAfter(j)) : undefined;
+  const convRows = after && b.concat({ values: after, axis: 0, name: "conv_rows" }); // [T, convDim, K-1]
+  const convNext = chunk.convPick
+    ? b.matmul({ x: window, y: chunk.convPick, name: "conv_next" }) // [1, convDim, K-1]
+    : (after?.[T - 1] ?? windowAfter(T - 1));
   const [qRaw, kRaw, vRaw] = b.split({
     x: b.reshape({ x: mixed, shape: [1, convDim, 1, T], name: "mixed4" }),
     axis: 1,
@@ -136,8 +151,8 @@ export async function gdnChunkLayer(
   const sp = softplusStable(b, b.add({ x: aRows, y: dtBias, name: "a_dt" }), "softplus");
   const g = b.mul({ x: b.mul({ x: negA, y: sp, name: "g_raw" }), y: chunk.valid, name: "g" }); // ≤ 0
 
-  const run = chunk.form === "scan" ? scanRule : wyRule;
-  const { o, rec } = run(w, { q, k, v, beta, g, S: state.rec }, chunk.wyChunk); // o [1, Hv, T, dv] (×1024)
+  const run = chunk.form === "scan" || chunk.rowStates ? scanRule : wyRule;
+  const { o, rec, states } = run(w, { q, k, v, beta, g, S: state.rec }, chunk.wyChunk); // o [1, Hv, T, dv] (×1024)
 
   // as gdn.ts, in token rows: back to channels-first for out_proj
   const out = await gdnGatedOutput(
@@ -150,7 +165,9 @@ export async function gdnChunkLayer(
       return b.reshape({ x: back, shape: [1, valueDim, 1, T], name: "flat" });
     },
   ); // [1, D, 1, T]
-  return { out, conv: convNext, rec };
+  if (!convRows || !states) return { out, conv: convNext, rec };
+  const recRows = b.concat({ values: states, axis: 0, name: "rec_rows" }); // [T, Hv, dk, dv]
+  return { out, conv: convNext, rec, rows: { conv: convRows, rec: recRows } };
 }
 
 /** What the delta-rule forms build with: the builder and small constants in the graph dtype. */
@@ -172,7 +189,11 @@ const rowsOf = (w: DeltaBuilder, x: MilVar, from: number, to: number, name: stri
 };
 
 /** The chunked (WY) form over sub-chunks of `wy` tokens (the largest divisor of T not above it). */
-export function wyRule(w: DeltaBuilder, x: DeltaInputs, wy: number): { o: MilVar; rec: MilVar } {
+export function wyRule(
+  w: DeltaBuilder,
+  x: DeltaInputs,
+  wy: number,
+): { o: MilVar; rec: MilVar; states?: MilVar[] } {
   const b = w.b;
   const T = x.q.shape[2];
   let C = Math.min(wy, T);
@@ -285,12 +306,13 @@ function blockedInverse(b: MilBuilder, A: MilVar, k: InverseConstants, name: str
   return Tinv;
 }
 
-/** The one-token delta rule (gdn.ts) unrolled over the chunk's T tokens. */
-export function scanRule(w: DeltaBuilder, x: DeltaInputs): { o: MilVar; rec: MilVar } {
+/** The one-token delta rule (gdn.ts) unrolled over the chunk's T tokens; `states`: S after each. */
+export function scanRule(w: DeltaBuilder, x: DeltaInputs): { o: MilVar; rec: MilVar; states: MilVar[] } {
   const b = w.b;
   const T = x.q.shape[2];
   let S = x.S;
   const outs: MilVar[] = [];
+  const states: MilVar[] = [];
   const col = (t: MilVar, i: number, name: string) =>
     b.transpose({ x: rowsOf(w, t, i, i + 1, `${name}_row`), perm: [0, 1, 3, 2], name }); // [1, Hv, d, 1]
   for (let i = 0; i < T; i++) {
@@ -309,10 +331,11 @@ export function scanRule(w: DeltaBuilder, x: DeltaInputs): { o: MilVar; rec: Mil
     });
     const delta = b.mul({ x: b.sub({ x: v, y: kv, name: `${n}v_kv` }), y: beta, name: `${n}delta` });
     S = b.add({ x: sDecayed, y: b.mul({ x: k, y: delta, name: `${n}k_delta` }), name: `${n}S` });
+    states.push(S);
     outs.push(
       b.reduceSum({ x: b.mul({ x: S, y: q, name: `${n}Sq` }), axes: [2], keepDims: true, name: `${n}o` }),
     );
   }
   const o = outs.length === 1 ? outs[0] : b.concat({ values: outs, axis: 2, name: "o" });
-  return { o, rec: S };
+  return { o, rec: S, states };
 }

@@ -35,6 +35,8 @@ export interface GdnStep {
   readonly conv: MilVar;
   /** The next recurrent state [1, Hv, dk, dv]. */
   readonly rec: MilVar;
+  /** The verify function: the states after each of its T rows, [T, convDim, K-1] and [T, Hv, dk, dv]. */
+  readonly rows?: { readonly conv: MilVar; readonly rec: MilVar };
 }
 
 /** L2 normalisation over the last axis, x·rsqrt(Σx² + 1e-6) (HF's l2norm; ε 2⁻¹⁴ in fp16), times `scale`. */

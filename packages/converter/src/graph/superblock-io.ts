@@ -44,6 +44,13 @@ export interface PrefillShape {
   readonly tokens: number;
   readonly gdnForm: GdnPrefillForm;
   readonly wyChunk: number;
+  /**
+   * The verify function (speculative decoding): T = k + 1 rows like a prefill chunk, whose GDN
+   * states start from the row `select` picks — the kept state, or one row of the last verify's
+   * per-row states — and which returns every row's states, so that accepting n rows is choosing
+   * row n − 1 at the next call (no second pass; nothing advances past a rejected row).
+   */
+  readonly verify?: boolean;
 }
 
 /** The rope_cos / rope_sin inputs [1, 1, T, rot/2] of a step of T tokens (the host computes them). */
@@ -83,6 +90,10 @@ export class SuperblockIO {
   private readonly ins: IoTensor[] = [];
   private readonly outs: IoTensor[] = [];
   private readonly states: IoTensor[] = [];
+  /** The verify function: each GDN layer's starting state (what it returns as gdn{L}_*_out). */
+  private readonly selected = new Map<number, GdnStateIn>();
+  /** Rows of the verify function (k + 1), 0 without an MTP head. */
+  private readonly verifyRows: number;
   /** mlstate: the state, its one read, and the bounds of this step's one write. */
   private readonly kvState?: { state: MilVar; read: MilVar; begin: MilVar; end: MilVar };
 
@@ -128,11 +139,22 @@ export class SuperblockIO {
     });
     const chunk: GdnChunkInputs | undefined = prefill && {
       valid: input({ name: "valid", dtype: dt, shape: [1, 1, T, 1], role: { kind: "valid" } }),
-      convPick: input({ name: "conv_pick", dtype: dt, shape: [1, T + K1, K1], role: { kind: "conv_pick" } }),
-      form: prefill.gdnForm,
+      convPick: prefill.verify
+        ? undefined
+        : input({ name: "conv_pick", dtype: dt, shape: [1, T + K1, K1], role: { kind: "conv_pick" } }),
+      form: prefill.verify ? "scan" : prefill.gdnForm,
       wyChunk: prefill.wyChunk,
+      rowStates: prefill.verify,
     };
-    const gdn = this.declareGdnStates(cfg);
+    // a chain with an MTP head: every function starts from the state `select` picks, so that the
+    // accepted end of a verify is committed by the next call, whichever function it is
+    const V = o.verifyTokens > 0 ? o.verifyTokens + 1 : 0;
+    this.verifyRows = V;
+    const select =
+      V > 0
+        ? input({ name: "select", dtype: dt, shape: [V + 1, 1, 1, 1], role: { kind: "row_select" } })
+        : undefined;
+    const gdn = this.declareGdnStates(cfg, select);
     if (o.state === "mlstate") this.kvState = this.declareKvState(cfg);
     const kv = this.declareKvCaches(cfg);
     this.step = {
@@ -146,8 +168,13 @@ export class SuperblockIO {
     };
   }
 
-  /** Each GDN layer's conv window and recurrent state, in and out of the step. */
-  private declareGdnStates(cfg: Qwen35Config): Map<number, GdnStateIn> {
+  /**
+   * Each GDN layer's conv window and recurrent state, in and out of the step; with `select` (the
+   * verify function) also the last verify's per-row states, and the state the step starts from is
+   * the one `select` picks (one-hot: products by 0 and 1 and a sum of zeros are exact in fp16);
+   * every function of a chain with an MTP head has them, only the verify function returns rows.
+   */
+  private declareGdnStates(cfg: Qwen35Config, select?: MilVar): Map<number, GdnStateIn> {
     const dt = this.o.dtype;
     const gdn = new Map<number, GdnStateIn>();
     for (const L of this.layers.filter((l) => cfg.layerTypes[l] === "linear_attention")) {
@@ -163,7 +190,26 @@ export class SuperblockIO {
         shape: this.shapes.rec,
         role: { kind: "gdn_rec_in", layer: L, scale: GDN_V_SCALE },
       });
-      gdn.set(L, { conv, rec });
+      if (!select) {
+        gdn.set(L, { conv, rec });
+        continue;
+      }
+      const rows = (part: "conv" | "rec", kept: MilVar) => {
+        const V = this.verifyRows;
+        const shape = [V, ...kept.shape.slice(1)];
+        const name = `gdn${L}_${part}_rows`;
+        const r = this.input({ name, dtype: dt, shape, role: { kind: "gdn_rows_in", layer: L, part } });
+        const stack = this.b.concat({ values: [kept, r], axis: 0, name: `${name}_stack` }); // [T + 1, …]
+        const pick =
+          kept.shape.length === 4
+            ? select
+            : this.b.reshape({ x: select, shape: [V + 1, 1, 1], name: `${name}_select` });
+        const picked = this.b.mul({ x: stack, y: pick, name: `${name}_picked` });
+        return this.b.reduceSum({ x: picked, axes: [0], keepDims: true, name: `gdn${L}_${part}_start` });
+      };
+      const start = { conv: rows("conv", conv), rec: rows("rec", rec) };
+      this.selected.set(L, start);
+      gdn.set(L, start);
     }
     return gdn;
   }
@@ -263,7 +309,10 @@ export class SuperblockIO {
     const D = h.shape[1];
     this.output({ name: "hidden_out", dtype: dt, shape: [1, D, 1, T], role: { kind: "hidden_out" } }, h);
     for (const L of this.layers) {
-      const g = produced.gdn.get(L);
+      const g0 = produced.gdn.get(L);
+      const start = this.prefill?.verify ? this.selected.get(L) : undefined;
+      // verify: the kept state stays the step's start (committed only through `select`)
+      const g = g0 && start ? { ...g0, conv: start.conv, rec: start.rec } : g0;
       if (g) {
         this.output(
           {
@@ -283,6 +332,12 @@ export class SuperblockIO {
           },
           g.rec,
         );
+        for (const part of g.rows ? (["conv", "rec"] as const) : []) {
+          const v = g.rows?.[part] as MilVar;
+          const name = `gdn${L}_${part}_rows`;
+          const role = { kind: "gdn_rows_out", layer: L, part, next: name } as const;
+          this.output({ name: `${name}_out`, dtype: dt, shape: v.shape, role }, v);
+        }
       }
       const a = produced.attention.get(L);
       if (a && o.state === "io") {
@@ -322,9 +377,17 @@ export class SuperblockIO {
         ? `mask [T, ctx + T]: row i is 0 for cache rows < position and for chunk keys ≤ i, ${MASK_NEG} elsewhere`
         : `mask: 0 for key rows < position and for the last key (this token), ${MASK_NEG} elsewhere`,
     ];
-    if (prefill)
+    if (prefill?.verify)
+      notes.push(
+        `verify: ${T} rows (the token after the last output, then up to ${T - 1} drafts) at positions [position, position + ${T}), masked like a prefill chunk (valid = 1 for the real rows); the GDN layers start from the state select picks (one-hot [${T + 1}]: 0 the kept gdn{L}_conv / gdn{L}_rec, j + 1 row j of gdn{L}_*_rows) and return it as gdn{L}_*_out, and every row's states as gdn{L}_*_rows_out; accepting n rows = select n at the next verify; all ${T} KV rows are written (rows past the accepted ones are masked, then overwritten)`,
+      );
+    else if (prefill)
       notes.push(
         `prefill: ${T} tokens at positions [position, position + ${T}) in one call; a shorter chunk of n tokens feeds copies of its last hidden row after them (never zeros: an fp16 norm of a zero row is NaN on a datapath that flushes subnormals), valid = 1 for the first n rows and 0 after, conv_pick picks window columns n … n + ${K1 - 1}; all ${T} KV rows are produced (rows past n are masked until decode overwrites them; the host may keep only n), so position + n ≤ ctx`,
+      );
+    if (this.verifyRows > 0 && !prefill?.verify)
+      notes.push(
+        `select [${this.verifyRows + 1}]: the GDN states start from the kept gdn{L}_conv / gdn{L}_rec (one-hot 0) or row j of the last verify's gdn{L}_*_rows (j + 1); the function returns its end state as usual`,
       );
     if (o.state === "mlstate" && o.dtype === "fp32")
       notes.push("the KV state is fp16 (Core ML states are fp16 only); this fp32 graph casts around it");

@@ -7,7 +7,13 @@
  * constant is made, so peak memory is about one stored tensor plus its encoded form.
  */
 import { AnemllError, f16BitsToF32, type Tensor } from "@anemll-qwen35/core";
-import { type Qwen35Config, type Qwen35Parameter, qwen35ParameterMap } from "@anemll-qwen35/ir/checkpoint";
+import {
+  mtpLayerCount,
+  type Qwen35Config,
+  type Qwen35Parameter,
+  qwen35MtpParameters,
+  qwen35ParameterMap,
+} from "@anemll-qwen35/ir/checkpoint";
 import type { MilBuilder, MilData, MilDType, MilVar } from "@anemll-qwen35/ir/mil";
 import { WeightEncodingError } from "../errors.js";
 import {
@@ -92,11 +98,28 @@ export class GraphWeights {
     this.source = source;
     this.dtype = opts.dtype;
     this.opts = opts;
-    this.params = qwen35ParameterMap(source.config, { tied: source.tiedEmbeddings });
+    const params = new Map(qwen35ParameterMap(source.config, { tied: source.tiedEmbeddings }));
+    const mtp = mtpLayerCount(source.config);
+    if (mtp > 0)
+      for (const p of qwen35MtpParameters(source.config, { layers: mtp })) params.set(p.canonical, p);
+    this.params = params;
+  }
+
+  /**
+   * The checkpoint's name for `canonical`: decoder layer numbers past the trunk's name the MTP
+   * head's layers (vLLM numbers them after the trunk's), so one layer builder serves both —
+   * `layers.{N + k}.x` is `mtp.layers.{k}.x` for an N-layer trunk.
+   */
+  canonical(canonical: string): string {
+    const m = /^layers\.(\d+)\.(.*)$/.exec(canonical);
+    const N = this.source.config.numHiddenLayers;
+    if (!m || Number(m[1]) < N) return canonical;
+    return `mtp.layers.${Number(m[1]) - N}.${m[2]}`;
   }
 
   /** The parameter table's entry for a tensor (what kind it is, whether its norm is zero-centred). */
-  param(canonical: string): Qwen35Parameter {
+  param(name: string): Qwen35Parameter {
+    const canonical = this.canonical(name);
     const p = this.params.get(canonical === "lm_head" && this.source.tiedEmbeddings ? "embed" : canonical);
     if (!p)
       throw new AnemllError("E_UNKNOWN_TENSOR", `"${canonical}" is not a tensor of this Qwen3.5 text model`);
@@ -112,7 +135,7 @@ export class GraphWeights {
   /** The stored tensor (checks the abort signal first: this is where conversion spends its time). */
   async stored(canonical: string): Promise<Tensor> {
     this.opts.signal?.throwIfAborted();
-    return this.source.get(canonical);
+    return this.source.get(this.canonical(canonical));
   }
 
   /** A small constant in the graph dtype (a table derived in the graph), named `name` in the current scope. */
@@ -122,7 +145,8 @@ export class GraphWeights {
   }
 
   /** A checkpoint tensor (or values folded from it) as a constant, named for the tensor in any scope. */
-  tensorConstant(canonical: string, values: Float32Array, shape: readonly number[], suffix = ""): MilVar {
+  tensorConstant(tensorName: string, values: Float32Array, shape: readonly number[], suffix = ""): MilVar {
+    const canonical = this.canonical(tensorName);
     const name = `${milName(canonical)}${suffix}`;
     const v = this.adoptShared(name, shape) ?? this.b.unscoped(() => this.constant(values, shape, name));
     this.opts.shared?.set(name, v);
@@ -146,7 +170,8 @@ export class GraphWeights {
    * A projection weight [Cout, Cin] as a 1×1 conv weight [Cout, Cin, 1, 1] (channels-first
    * layout, see ane.ts), stored as the plan says.
    */
-  async conv1x1Weight(canonical: string): Promise<MilVar> {
+  async conv1x1Weight(tensorName: string): Promise<MilVar> {
+    const canonical = this.canonical(tensorName);
     const t = await this.projection(canonical);
     const [cout, cin] = t.shape;
     return this.encodeRows(t, { start: 0, end: cout, tail: [cin, 1, 1] }, canonical, milName(canonical));
@@ -158,11 +183,12 @@ export class GraphWeights {
    * named `<tensor>_<suffix>`.
    */
   async conv1x1WeightPiece(
-    canonical: string,
+    tensorName: string,
     piece: { readonly rowOffset: number; readonly rows: number },
     along: "rows" | "cols",
     suffix: string,
   ): Promise<MilVar> {
+    const canonical = this.canonical(tensorName);
     const t = await this.projection(canonical);
     const [cout, cin] = t.shape;
     const name = `${milName(canonical)}_${suffix}`;

@@ -8,7 +8,12 @@
  */
 import { AnemllError, numel } from "@anemll-qwen35/core";
 import type { ChainManifest } from "@anemll-qwen35/ir/chain";
-import { type Qwen35Config, qwen35Parameters } from "@anemll-qwen35/ir/checkpoint";
+import {
+  mtpLayerCount,
+  type Qwen35Config,
+  qwen35MtpParameters,
+  qwen35Parameters,
+} from "@anemll-qwen35/ir/checkpoint";
 import type { LutBits } from "./palettize.js";
 import {
   DEFAULT_LUT_GROUP_SIZE,
@@ -78,11 +83,15 @@ function resolve(q: WeightQuant, policy: QuantPolicy): TensorEncoding {
   return { kind: "lut", bits: q.bits, groupSize, perTensor: q.perTensor ?? false };
 }
 
-/** Resolves `policy` for every tensor of `config`'s model. */
-export function planQuant(config: Qwen35Config, policy: QuantPolicy): QuantPlan {
+/**
+ * Resolves `policy` for every tensor of `config`'s model, and with `mtp` of its MTP head (after
+ * lm_head; its layer numbered after the trunk's).
+ */
+export function planQuant(config: Qwen35Config, policy: QuantPolicy, o: { mtp?: boolean } = {}): QuantPlan {
   const params = qwen35Parameters(config, { tied: true });
   const head = { canonical: "lm_head", role: "lm_head", layer: -1, shape: params[0].shape, kind: "lm_head" };
-  const tensors = [...params, head].map((p): PlannedTensor => {
+  const mtp = o.mtp ? qwen35MtpParameters(config, { layers: mtpLayerCount(config) }) : [];
+  const tensors = [...params, head, ...mtp].map((p): PlannedTensor => {
     const byPolicy = p.kind === "projection" || p.kind === "embedding" || p.kind === "lm_head";
     const quant = byPolicy ? quantFor(policy, p) : NO_QUANT;
     const encoding = resolve(quant, policy);
@@ -115,8 +124,12 @@ export function planQuant(config: Qwen35Config, policy: QuantPolicy): QuantPlan 
 }
 
 /** `quant` as a plan: a plan as it is, a policy planned for `config` (none: everything plain). */
-export function asQuantPlan(config: Qwen35Config, quant: QuantPolicy | QuantPlan = PLAIN_POLICY): QuantPlan {
-  return "tensors" in quant ? quant : planQuant(config, quant);
+export function asQuantPlan(
+  config: Qwen35Config,
+  quant: QuantPolicy | QuantPlan = PLAIN_POLICY,
+  o: { mtp?: boolean } = {},
+): QuantPlan {
+  return "tensors" in quant ? quant : planQuant(config, quant, o);
 }
 
 /**

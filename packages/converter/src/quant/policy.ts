@@ -110,7 +110,9 @@ export const QUANT_PRESETS: Readonly<Record<string, readonly QuantRule[]>> = {
 
 /** Group patterns and the roles they stand for. */
 const GROUPS: Readonly<Record<string, (role: string) => boolean>> = {
-  body: (r) => /^(gdn|attn|mlp|moe)\./.test(r),
+  // the MTP head's projections (mtp.attn.*, mtp.mlp.*, mtp.fc) are body weights too; `mtp` names them alone
+  body: (r) => /^(mtp\.)?(gdn|attn|mlp|moe)\./.test(r) || r === "mtp.fc",
+  mtp: (r) => r.startsWith("mtp."),
   gdn: (r) => r.startsWith("gdn."),
   attn: (r) => r.startsWith("attn."),
   mlp: (r) => r.startsWith("mlp."),

@@ -30,7 +30,7 @@ import { join } from "node:path";
 import { AnemllError, InvalidArgumentError } from "@anemll-qwen35/core";
 import { z } from "zod";
 
-export type ComponentKind = "embed" | "superblocks" | "lm_head";
+export type ComponentKind = "embed" | "superblocks" | "lm_head" | "mtp";
 export type GraphDType = "fp16" | "fp32";
 export type KvPlacement = "io" | "mlstate";
 export type IoDType = "fp16" | "fp32" | "int32";
@@ -75,6 +75,29 @@ export type IoRole =
   | { readonly kind: "valid" }
   /** Prefill: [1, T + K − 1, K − 1] one-hot, picks the GDN conv window after the last real token. */
   | { readonly kind: "conv_pick" }
+  /**
+   * Verify function: [T + 1] one-hot, which state the step starts from — 0: the kept state
+   * (gdn{L}_conv / gdn{L}_rec), j + 1: row j of the last verify's per-row states (its accepted end).
+   */
+  | { readonly kind: "row_select" }
+  /**
+   * Verify function: every row's GDN state after that row, [T, …] (`part` conv window or recurrent
+   * state, the latter holding `scale`·S); the `_out` replaces the `_in` of the next verify.
+   */
+  | { readonly kind: "gdn_rows_in"; readonly layer: number; readonly part: "conv" | "rec" }
+  | {
+      readonly kind: "gdn_rows_out";
+      readonly layer: number;
+      readonly part: "conv" | "rec";
+      readonly next: string;
+    }
+  /** MTP head: [1, D, 1, 1] the embedding of the token after the hidden state's position. */
+  | { readonly kind: "embedding" }
+  /**
+   * [1, 1, 1, T] per row, 1 when the hidden row is already normed (the MTP head's own output),
+   * 0 when it is the trunk's pre-norm state (the component applies the final norm).
+   */
+  | { readonly kind: "normed" }
   /** GDN conv window: the last 3 pre-conv in_proj_qkv columns. `next` is the input an output replaces. */
   | { readonly kind: "gdn_conv_in"; readonly layer: number }
   | { readonly kind: "gdn_conv_out"; readonly layer: number; readonly next: string }
@@ -130,6 +153,8 @@ export interface ComponentIO {
     readonly vocab: number;
     readonly pieces: readonly LmHeadPiece[];
     readonly argmax: boolean;
+    /** The verify-rows function: hidden rows scored a call (logits [T, rows_i], argmax pairs [T, k]). */
+    readonly rows?: number;
   };
   /** Facts a runtime or a reader of model.json must know (e.g. the GDN state scaling). */
   readonly notes: readonly string[];
@@ -275,7 +300,7 @@ const ioTensorSchema = z.object({
 });
 
 const componentIoSchema = z.object({
-  component: z.enum(["embed", "superblocks", "lm_head"]),
+  component: z.enum(["embed", "superblocks", "lm_head", "mtp"]),
   dtype: z.enum(["fp16", "fp32"]),
   ctx: z.number().int().positive(),
   state: z.enum(["io", "mlstate"]),
@@ -291,6 +316,7 @@ const componentIoSchema = z.object({
         z.object({ rowOffset: z.number().int().nonnegative(), rows: z.number().int().positive() }),
       ),
       argmax: z.boolean(),
+      rows: z.number().int().positive().optional(),
     })
     .optional(),
   notes: z.array(z.string()),
@@ -306,7 +332,7 @@ const chainFunctionSchema = z.object({
 
 const componentSchema = z.object({
   name: z.string().min(1),
-  kind: z.enum(["embed", "superblocks", "lm_head"]),
+  kind: z.enum(["embed", "superblocks", "lm_head", "mtp"]),
   file: z.string().regex(/^[^/\\]+\.mlpackage$/, "a .mlpackage file name inside the model folder"),
   function: z.string().min(1),
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
@@ -320,6 +346,10 @@ const componentSchema = z.object({
    * context buckets: `function` and `prefill` at ctx are the whole table.
    */
   functions: z.array(chainFunctionSchema).optional(),
+  /** Super-blocks and lm_head of a chain with an MTP head: the verify function (k + 1 rows a call). */
+  verify: z
+    .object({ function: z.string().min(1), tokens: z.number().int().positive(), io: componentIoSchema })
+    .optional(),
 });
 
 export const chainManifestSchema = z.object({
@@ -351,6 +381,12 @@ export const chainManifestSchema = z.object({
    * decode only). Each component's `prefill` says how to call it.
    */
   prefill: z.object({ tokens: z.number().int().positive(), gdn: z.enum(["chunked", "scan"]) }).optional(),
+  /**
+   * Speculative decoding with the checkpoint's MTP head (absent: converted without it): the head's
+   * package (`mtp`; the lm_head's verify function scores its output) and k, the most drafts one
+   * verify call takes (every super-block and lm_head package's verify function has k + 1 rows).
+   */
+  speculative: z.object({ draftTokens: z.number().int().min(1).max(4), mtp: componentSchema }).optional(),
   quantization: z.object({
     /** One encoding for every super-block projection, or "mixed" (see `encodings`). */
     body: z.string(),
@@ -403,6 +439,8 @@ export interface ChainManifestComponent {
   readonly prefill?: PrefillFunction;
   /** Every function of the package by family and bucket (see chainFunctions). */
   readonly functions?: readonly ChainFunction[];
+  /** The verify function of a chain with an MTP head (k + 1 rows a call, same weights). */
+  readonly verify?: PrefillFunction;
 }
 
 /** The function families a runner calls: one token a call, and T tokens a call. */
@@ -441,8 +479,9 @@ export interface PrefillFunction {
   readonly io: ComponentIO;
 }
 
-export type ChainManifest = Omit<z.infer<typeof chainManifestSchema>, "components"> & {
+export type ChainManifest = Omit<z.infer<typeof chainManifestSchema>, "components" | "speculative"> & {
   readonly components: readonly ChainManifestComponent[];
+  readonly speculative?: { readonly draftTokens: number; readonly mtp: ChainManifestComponent };
 };
 
 /** A component broke the contract (an output it promised is missing, an input has no buffer). */

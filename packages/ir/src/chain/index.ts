@@ -47,6 +47,7 @@ export {
   type HeadOutput,
   hiddenRow,
 } from "./protocol.js";
+export { MtpHead } from "./mtp-head.js";
 export { argmaxToken, ChainProtocolError, decodeMask, MASK_NEG, ringRow } from "./contract.js";
 export { type RopeSpec, ropeCosSin } from "./rope.js";
 

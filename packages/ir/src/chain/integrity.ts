@@ -126,7 +126,8 @@ export async function verifyChainPackages(
   const stored = cacheFile ? await openCache(cacheFile, warn) : undefined;
   const cache = stored ?? {};
   let changed = false;
-  for (const c of manifest.components) {
+  const mtp = manifest.speculative ? [manifest.speculative.mtp] : [];
+  for (const c of [...manifest.components, ...mtp]) {
     const path = join(dir, c.file);
     let real: string;
     let print: string;

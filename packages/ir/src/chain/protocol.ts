@@ -42,6 +42,8 @@ export interface ChainComponent {
   ): Promise<Record<string, Tensor>>;
   /** The package's prefill function, run on the same state (see contract.ts). */
   readonly prefill?: ChainPrefill;
+  /** A chain with an MTP head: the package's verify function (k + 1 rows), on the same state. */
+  readonly verify?: ChainPrefill;
 }
 
 /** A component's batched function: `tokens` positions a call over the decode function's state. */
@@ -91,11 +93,22 @@ interface Block {
   readonly hiddenOut: IoTensor;
   readonly state: ChainComponentState | undefined;
   /** The prefill function's host inputs and hidden output. */
-  readonly prefill?: {
-    readonly f: ChainPrefill;
-    readonly inputs: readonly IoTensor[];
-    readonly hiddenOut: IoTensor;
-  };
+  readonly prefill?: BlockFunction;
+  /** The verify function's (a chain with an MTP head). */
+  readonly verify?: BlockFunction;
+}
+
+interface BlockFunction {
+  readonly f: ChainPrefill;
+  readonly inputs: readonly IoTensor[];
+  readonly hiddenOut: IoTensor;
+}
+
+/** One-hot [n] with a 1 at `i`. */
+function oneHot(n: number, i: number): Float32Array {
+  const v = new Float32Array(n);
+  v[i] = 1;
+  return v;
 }
 
 const hiddenOutOf = (name: string, io: ComponentIO) => {
@@ -143,7 +156,19 @@ export function floatTensor(t: IoTensor, values: Float32Array): Tensor {
 
 /** The lm_head's outputs merged over its vocabulary pieces. */
 export function readHeadOutputs(head: ChainComponent, outputs: Record<string, Tensor>): HeadOutput {
-  const { io, name } = head;
+  return readHeadRow(head.name, head.io, outputs, 0);
+}
+
+/**
+ * Row `row` of an lm_head function's outputs merged over its vocabulary pieces: logits [T, rows_i]
+ * or argmax pairs [T, k] of the verify function ([1, rows_i] / [k] of the one-row function).
+ */
+export function readHeadRow(
+  name: string,
+  io: ComponentIO,
+  outputs: Record<string, Tensor>,
+  row: number,
+): HeadOutput {
   const lm = io.lmHead;
   if (!lm) throw new ChainProtocolError(name, "model.json describes no lm_head split");
   const out = (t: IoTensor) => {
@@ -154,23 +179,30 @@ export function readHeadOutputs(head: ChainComponent, outputs: Record<string, Te
   if (lm.argmax) {
     const idxT = io.outputs.find((t) => t.role.kind === "argmax_idx");
     const valT = io.outputs.find((t) => t.role.kind === "argmax_val");
-    if (!idxT || !valT || idxT.role.kind !== "argmax_idx") {
+    if (!idxT || !valT || idxT.role.kind !== "argmax_idx")
       throw new ChainProtocolError(name, "argmax outputs are not described");
-    }
-    const idx = out(idxT).data as Int32Array;
-    const val = toFloat32(out(valT).dtype, out(valT).data);
+    const k = idxT.role.rowOffsets.length;
+    const idx = (out(idxT).data as Int32Array).subarray(row * k, (row + 1) * k);
+    const val = toFloat32(out(valT).dtype, out(valT).data).subarray(row * k, (row + 1) * k);
     let best = 0;
-    for (let i = 1; i < val.length; i++) if (val[i] > val[best]) best = i;
+    for (let i = 1; i < k; i++) if (val[i] > val[best]) best = i;
     return { top1: { id: argmaxToken(idxT.role.rowOffsets, idx, val), value: val[best] } };
   }
   const logits = new Float32Array(lm.vocab);
   for (const t of io.outputs) {
-    if (t.role.kind === "logits") logits.set(toFloat32(out(t).dtype, out(t).data), t.role.rowOffset);
+    if (t.role.kind !== "logits") continue;
+    const v = toFloat32(out(t).dtype, out(t).data);
+    logits.set(v.subarray(row * t.role.rows, (row + 1) * t.role.rows), t.role.rowOffset);
   }
   return { logits };
 }
 
 export interface ChainStepperOptions {
+  /**
+   * Score every hidden row with the lm_head's verify function (a speculating chain loads only
+   * that one: the vocabulary is resident once).
+   */
+  readonly headRows?: boolean;
   /**
    * Ring-buffer KV past the context (see ringRow / ringMask): the token at position p writes KV
    * row ringRow(ctx, sinks, p) and sees the sinks and the most recent ctx − sinks tokens; the
@@ -195,18 +227,24 @@ export class ChainStepper {
     this.ring = o.ring;
     this.embed = embed;
     this.blocks = superblocks.map((c) => {
-      const plan = statePlan(c.name, c.io);
+      const plan = statePlan(c.name, c.io); // with an MTP head it keeps the verify's per-row states too
       if (c.prefill) statePlan(c.name, c.prefill.io); // its roles pair up too
-      const f = c.prefill;
+      if (c.verify) statePlan(c.name, c.verify.io);
+      const fn = (f: ChainPrefill | undefined) =>
+        f && { f, inputs: hostInputs(f.io), hiddenOut: hiddenOutOf(c.name, f.io) };
       return {
         c,
         inputs: hostInputs(c.io),
         hiddenOut: hiddenOutOf(c.name, c.io),
         hostRope: c.io.inputs.some((t) => t.role.kind === "rope"),
         state: isStateless(plan) ? undefined : c.newState(plan),
-        prefill: f && { f, inputs: hostInputs(f.io), hiddenOut: hiddenOutOf(c.name, f.io) },
+        prefill: fn(c.prefill),
+        verify: fn(c.verify),
       };
     });
+    const rows = new Set(this.blocks.map((b) => b.verify?.f.tokens));
+    this.verifyTokens = rows.size === 1 ? [...rows][0] : undefined;
+    this.headRows = o.headRows ?? false;
     this.head = head;
     const sizes = new Set(this.blocks.map((b) => b.prefill?.f.tokens));
     const T = sizes.size === 1 ? [...sizes][0] : undefined;
@@ -215,10 +253,36 @@ export class ChainStepper {
 
   /** Tokens per prefill call when every super-block package has a prefill function of that size. */
   readonly prefillTokens: number | undefined;
+  /** Rows per verify call when every super-block package has a verify function of that size. */
+  readonly verifyTokens: number | undefined;
+  private readonly headRows: boolean;
+  /**
+   * Which state the next call starts from (every function's `select`): 0 the kept state, j + 1 row
+   * j of the last verify's per-row states (accept() sets it).
+   */
+  selection = 0;
 
   /** Zeroes every state (sequence start). */
   reset(): void {
     for (const s of this.blocks) s.state?.reset();
+    this.selection = 0;
+  }
+
+  /**
+   * Commits the first n rows of the last verify: the next call, whichever function, starts from
+   * row n − 1's states (its KV rows are already written; the rows past it are masked until
+   * overwritten).
+   */
+  accept(n: number): void {
+    const T = this.verifyTokens;
+    if (T === undefined || !Number.isInteger(n) || n < 1 || n > T)
+      throw new InvalidArgumentError(`accept takes 1 … ${T ?? 0} rows of a verify, not ${n}`);
+    this.selection = n;
+  }
+
+  /** The select input of a function with one (one-hot of `selection`). */
+  private selectInput(t: IoTensor): Tensor {
+    return floatTensor(t, oneHot(t.shape[0], this.selection));
   }
 
   /** A copy of every super-block's state (KV caches up to row `rows`), in order. */
@@ -255,7 +319,8 @@ export class ChainStepper {
     return this.blocks[0]?.c.io.ctx ?? MAX_POSITIONS;
   }
 
-  private async embedToken(token: number): Promise<Tensor> {
+  /** The embedding of one token (the embed component's output). */
+  async embedToken(token: number): Promise<Tensor> {
     const e = await this.embed.predict({
       [this.embed.io.inputs[0].name]: tensor("i32", [1, 1], Int32Array.of(token)),
     });
@@ -275,13 +340,41 @@ export class ChainStepper {
     const T = this.prefillTokens;
     if (T === undefined)
       throw new ChainProtocolError("chain", "the super-block packages have no common prefill function");
+    const hiddens = await this.chunk("prefill", tokens, position, T);
+    if (!withHead) return { hidden: hiddens };
+    const last = hiddens[hiddens.length - 1];
+    return { hidden: hiddens, head: await this.runHead(hiddenRow(last, tokens.length - 1)) };
+  }
+
+  /**
+   * Runs up to verifyTokens tokens at [position, position + n) through every super-block's verify
+   * function (rows past n masked): returns each package's hidden_out [1, D, 1, T]. The states stay
+   * where they were until accept(m) picks the end of row m − 1. Needs position + T ≤ ctx.
+   */
+  async verify(tokens: readonly number[], position: number): Promise<readonly Tensor[]> {
+    const T = this.verifyTokens;
+    if (T === undefined)
+      throw new ChainProtocolError("chain", "the super-block packages have no common verify function");
+    const hiddens = await this.chunk("verify", tokens, position, T);
+    this.selection = 0; // the kept state is now the verify's start; its rows are the candidates
+    return hiddens;
+  }
+
+  /** `tokens` through every super-block's prefill or verify function (T rows a call). */
+  private async chunk(
+    which: "prefill" | "verify",
+    tokens: readonly number[],
+    position: number,
+    T: number,
+  ): Promise<Tensor[]> {
     const n = tokens.length;
+    if (n < 1 || n > T) throw new InvalidArgumentError(`a ${which} call takes 1 … ${T} tokens, not ${n}`);
     const rows: Tensor[] = [];
     for (const t of tokens) rows.push(await this.embedToken(t));
     let hidden = hiddenRows(rows, T);
     const hiddens: Tensor[] = [];
     for (const s of this.blocks) {
-      const p = s.prefill as NonNullable<Block["prefill"]>;
+      const p = s[which] as BlockFunction;
       const io = p.f.io;
       const row = this.ring ? ringRow(io.ctx, this.ring.sinks, position) : position;
       const inputs: Record<string, Tensor> = {};
@@ -311,21 +404,22 @@ export class ChainStepper {
           );
         else if (role.kind === "valid") inputs[t.name] = floatTensor(t, chunkInputs().valid);
         else if (role.kind === "conv_pick") inputs[t.name] = floatTensor(t, chunkInputs().convPick);
+        else if (role.kind === "row_select") inputs[t.name] = this.selectInput(t);
         else
           throw new ChainProtocolError(
             s.c.name,
-            `prefill input ${t.name} (role ${role.kind}) is not the host's to feed`,
+            `${which} input ${t.name} (role ${role.kind}) is not the host's to feed`,
           );
       }
       const r = await p.f.predict(inputs, s.state, row, n);
       const v = r[p.hiddenOut.name];
       if (!v)
-        throw new ChainProtocolError(s.c.name, `the prefill function did not return ${p.hiddenOut.name}`);
+        throw new ChainProtocolError(s.c.name, `the ${which} function did not return ${p.hiddenOut.name}`);
       hidden = v;
       hiddens.push(v);
     }
-    if (!withHead) return { hidden: hiddens };
-    return { hidden: hiddens, head: await this.runHead(hiddenRow(hidden, n - 1)) };
+    if (which === "prefill") this.selection = 0;
+    return hiddens;
   }
 
   /**
@@ -360,10 +454,41 @@ export class ChainStepper {
     });
   }
 
-  /** The lm_head on one hidden row [1, D, 1, 1]. */
+  /** The lm_head on one hidden row [1, D, 1, 1] (through its verify function with headRows). */
   async runHead(hidden: Tensor): Promise<HeadOutput> {
+    if (this.headRows) return (await this.runHeadRows([hidden], [0]))[0];
     const h = await this.head.predict({ [this.head.io.inputs[0].name]: hidden });
     return readHeadOutputs(this.head, h);
+  }
+
+  /**
+   * The lm_head's verify function on up to its T rows [1, D, 1, 1] in one call; normed[i] = 1 for a
+   * row that is the MTP head's output (already normed), 0 for the trunk's. One output per row.
+   */
+  async runHeadRows(rows: readonly Tensor[], normed: readonly number[]): Promise<HeadOutput[]> {
+    const f = this.head.verify;
+    if (!f) throw new ChainProtocolError(this.head.name, "the lm_head has no verify function");
+    const T = f.tokens;
+    if (rows.length < 1 || rows.length > T)
+      throw new InvalidArgumentError(
+        `the lm_head's verify function scores 1 … ${T} rows, not ${rows.length}`,
+      );
+    const inputs: Record<string, Tensor> = {};
+    for (const t of f.io.inputs) {
+      if (t.role.kind === "hidden_in") inputs[t.name] = hiddenRows(rows, T);
+      else if (t.role.kind === "normed")
+        inputs[t.name] = floatTensor(
+          t,
+          Float32Array.from({ length: T }, (_, i) => normed[i] ?? 0),
+        );
+      else
+        throw new ChainProtocolError(
+          this.head.name,
+          `verify input ${t.name} (role ${t.role.kind}) is not the host's to feed`,
+        );
+    }
+    const out = await f.predict(inputs, undefined, 0);
+    return rows.map((_, i) => readHeadRow(this.head.name, f.io, out, i));
   }
 
   /**
@@ -396,6 +521,7 @@ export class ChainStepper {
               ? ringMask(role.rule, io.ctx, this.ring.sinks, position)
               : decodeMask(role.rule, io.ctx, position),
           );
+        else if (role.kind === "row_select") inputs[t.name] = this.selectInput(t);
         else
           throw new ChainProtocolError(
             s.c.name,
@@ -408,6 +534,7 @@ export class ChainStepper {
       hidden = v;
       hiddens.push(hidden);
     }
+    this.selection = 0;
     if (!withHead) return { embedded, hidden: hiddens };
     return { embedded, hidden: hiddens, head: await this.runHead(hidden) };
   }

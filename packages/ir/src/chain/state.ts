@@ -45,6 +45,9 @@ const HOST_INPUTS = new Set([
   "valid",
   "conv_pick",
   "kv_write",
+  "row_select",
+  "embedding",
+  "normed",
 ]);
 
 /** Inputs the host feeds every step; every other input is a kept buffer. */
@@ -54,7 +57,7 @@ export function hostInputs(io: ComponentIO): readonly IoTensor[] {
 
 /** Outputs that go back to the host (hidden state, logits, arg-max pair). */
 export function hostOutputs(io: ComponentIO): readonly IoTensor[] {
-  const kept = new Set(["gdn_conv_out", "gdn_rec_out", "kv_new"]);
+  const kept = new Set(["gdn_conv_out", "gdn_rec_out", "gdn_rows_out", "kv_new"]);
   return io.outputs.filter((t) => !kept.has(t.role.kind));
 }
 
@@ -83,6 +86,8 @@ export function statePlan(component: string, io: ComponentIO): StatePlan {
       carried.push({ input: pair(output, role.next, ["gdn_conv_in"]), output });
     } else if (role.kind === "gdn_rec_out") {
       carried.push({ input: pair(output, role.next, ["gdn_rec_in"]), output });
+    } else if (role.kind === "gdn_rows_out") {
+      carried.push({ input: pair(output, role.next, ["gdn_rows_in"]), output });
     } else if (role.kind === "kv_new") {
       const input = pair(output, role.cache, ["kv_cache"]);
       if (input.shape.length !== 4 || output.shape.length !== 4 || output.shape[KV_ROW_AXIS] > io.ctx) {
@@ -95,6 +100,14 @@ export function statePlan(component: string, io: ComponentIO): StatePlan {
     }
   }
   for (const t of io.inputs) {
+    // the last verify's per-row states: every function of the package reads them, only the verify
+    // function writes them (as `<name>_out`)
+    if (t.role.kind === "gdn_rows_in" && !paired.has(t.name)) {
+      const { layer, part } = t.role;
+      const role = { kind: "gdn_rows_out", layer, part, next: t.name } as const;
+      carried.push({ input: t, output: { name: `${t.name}_out`, dtype: t.dtype, shape: t.shape, role } });
+      continue;
+    }
     if (!HOST_INPUTS.has(t.role.kind) && !paired.has(t.name)) {
       throw new ChainProtocolError(component, `no output feeds input ${t.name} (role ${t.role.kind})`);
     }
@@ -282,7 +295,11 @@ export class HostState<Core = undefined> implements ChainComponentState {
       delete rest[t.name];
       return v;
     };
-    for (const b of this.plan.carried) this.buffers.set(b.input.name, take(b.output));
+    for (const b of this.plan.carried) {
+      // the verify function's per-row states: only it returns them (decode and prefill keep them as they are)
+      if (b.output.role.kind === "gdn_rows_out" && !(b.output.name in rest)) continue;
+      this.buffers.set(b.input.name, take(b.output));
+    }
     for (const b of this.plan.rowWritten) {
       if (position === undefined)
         throw new ChainProtocolError(this.plan.component, `${b.output.name} needs the step's position`);

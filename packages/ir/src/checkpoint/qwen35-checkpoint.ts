@@ -125,6 +125,8 @@ export class Qwen35Checkpoint implements AsyncDisposable {
 
   private resolve(canonical: string): string | undefined {
     if (canonical === "lm_head" && this.tiedEmbeddings) return this.weightMap.toHf.get("embed");
+    // the MTP head's tensors keep their checkpoint names (qwen35MtpParameters)
+    if (canonical.startsWith("mtp.") && this.tensors.has(canonical)) return canonical;
     return this.weightMap.toHf.get(canonical);
   }
 
