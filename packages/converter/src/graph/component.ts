@@ -16,6 +16,7 @@
  */
 import {
   type ChainFunction,
+  type ChainManifestComponent,
   type ComponentIO,
   DECODE_FAMILY,
   PREFILL_FAMILY,
@@ -32,20 +33,13 @@ import { buildMtp } from "./mtp.js";
 import { buildSuperblocks } from "./superblock.js";
 import { GraphWeights, type WeightSource } from "./weights.js";
 
-export interface BuiltComponent {
+/**
+ * One built package: its program, and the functions model.json records for it (the default one,
+ * prefill, the per-bucket table, verify — see ir/chain's ChainManifestComponent).
+ */
+export interface BuiltComponent
+  extends Pick<ChainManifestComponent, "function" | "io" | "prefill" | "functions" | "verify"> {
   readonly model: MlModel;
-  /** The default function: "main", or "decode" beside a prefill function. */
-  readonly function: string;
-  readonly io: ComponentIO;
-  /** Super-blocks built with prefillBatch > 0: the prefill function (same weights). */
-  readonly prefill?: PrefillFunction;
-  /** Super-blocks: every function, by family and context bucket (model.json's function table). */
-  readonly functions?: readonly ChainFunction[];
-  /**
-   * Super-blocks and lm_head built with verifyTokens > 0: the verify function (same weights; for
-   * super-blocks at the largest bucket, which holds every position).
-   */
-  readonly verify?: PrefillFunction;
 }
 
 /** Function names of a super-block package with a prefill function (one bucket). */
