@@ -20,6 +20,7 @@ export interface ModelOptions {
   computeUnits: ComputeUnits;
   contextOverflow: "error" | "slide" | "ring";
   ringSinks?: number;
+  dropPrefill?: boolean;
   tokenizer?: string;
   ctx?: number;
   dtype?: "float32" | "bfloat16" | "float16";
@@ -61,6 +62,10 @@ export function addModelOptions(cmd: Command): Command {
       int("--ring-sinks", 0),
     )
     .option(
+      "--drop-prefill",
+      "converted chains: unload the prefill functions once a prompt is in (less memory while generating; each next prompt loads them again)",
+    )
+    .option(
       "--recheck",
       "converted chains on Core ML: check the prefill function again (placement by MLComputePlan, one call timed against T decode steps) instead of using the verdict recorded beside the model",
     )
@@ -92,6 +97,7 @@ export function loadOptions(o: ModelOptions, notice: (s: string) => void): LoadM
     computeUnits: o.computeUnits,
     contextOverflow: o.contextOverflow,
     ringSinks: o.ringSinks,
+    dropPrefill: o.dropPrefill,
     tokenizer: o.tokenizer,
     contextLength: o.ctx,
     dtype: o.dtype,

@@ -59,6 +59,11 @@ export function fuse(value: string): number | "all" {
   return value === "all" ? "all" : int("--fuse", 1)(value);
 }
 
+/** --buckets: comma-separated context lengths (the converter checks their order and range). */
+export function buckets(value: string): number[] {
+  return value.split(",").map((v) => int("--buckets", 1)(v.trim()));
+}
+
 /** Bytes with an optional unit: 1.5GB, 800MB, 2e9. */
 export function bytes(option: string) {
   return (value: string): number => {

@@ -171,7 +171,7 @@ describe("convert → run → verify → inspect", () => {
 
     r = await cli("convert", FIXTURE, "-o", join(work, "x"), "--ctx", "100");
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/--ctx must be an integer from 128 to 4096/);
+    expect(r.stderr).toMatch(/--ctx must be an integer from 128 to 16384/);
     r = await cli("convert", FIXTURE, "-o", join(work, "x"), "--quant", "default,gdn.in_proj_qvk=lut6");
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/--quant "gdn\.in_proj_qvk" matches no tensor/);

@@ -39,6 +39,7 @@ import {
   type ConvertOptions,
   type ConvertProgress,
   checkConvertForModel,
+  fitConvertToModel,
   type ResolvedConvert,
   resolveConvertOptions,
 } from "./options.js";
@@ -194,6 +195,7 @@ async function buildPackage(
       c.kind === "superblocks" ? { kind: c.kind, first: c.first, count: c.count } : { kind: c.kind };
     const built = await buildComponent(run.ck, spec, {
       ctx: r.ctx,
+      ...(c.kind === "superblocks" ? { buckets: r.buckets } : {}),
       dtype: r.dtype,
       state: r.state,
       attention: r.attention,
@@ -227,6 +229,7 @@ async function buildPackage(
       sha256: await digestMlPackage(file),
       io: built.io,
       ...(built.prefill ? { prefill: built.prefill } : {}),
+      ...(built.functions ? { functions: built.functions } : {}),
       ...(built.verify ? { verify: built.verify } : {}),
     };
     const reused = [...journal.reused];
@@ -308,7 +311,7 @@ function keepsMtpHead(ck: Qwen35Checkpoint, asked: boolean, log: (line: string) 
 
 export async function convert(options: ConvertOptions): Promise<ConvertResult> {
   const started = performance.now();
-  const resolved = resolveConvertOptions(options);
+  let resolved = resolveConvertOptions(options);
   const out = resolve(options.out);
   const partial = `${out}.partial`;
   const log = options.onLog ?? (() => {});
@@ -322,6 +325,7 @@ export async function convert(options: ConvertOptions): Promise<ConvertResult> {
     await checkOutputTarget(out, dir, options.force ?? false);
     await using ck = await Qwen35Checkpoint.open(dir);
     assertConvertible(ck);
+    resolved = fitConvertToModel(resolved, ck.config);
     const mtp = resolved.mtp && keepsMtpHead(ck, options.mtp === true, log);
     const quant = planQuant(ck.config, resolved.quant, { mtp });
     checkConvertForModel(resolved, ck.config, quant);

@@ -12,6 +12,7 @@ export {
   type ConvertProgress,
   DEFAULT_CTX,
   DEFAULT_PREFILL_BATCH,
+  defaultBuckets,
   MAX_CTX,
   MIN_CTX,
 } from "./options.js";

@@ -107,6 +107,7 @@ export function chainManifest(m: ManifestInputs): ChainManifest {
       tiedEmbeddings: m.tiedEmbeddings,
     },
     ctx: r.ctx,
+    buckets: [...r.buckets],
     fuse: r.fuse,
     state: r.state,
     dtype: r.dtype,

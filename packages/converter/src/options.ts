@@ -2,7 +2,7 @@
  * The converter's options, in one place: what `convert()` takes (ConvertOptions) and what one
  * component build takes (BuildOptions), their defaults, and one check per option. Both
  * resolutions run the same checks; a conversion narrows two ranges to what converted chains
- * support (ctx 128 … 4096, prefill batch ≤ 128) and names each option by its CLI flag
+ * support (ctx 128 … 16,384, prefill batch ≤ 128) and names each option by its CLI flag
  * (ConvertOptionError: "--prefill-batch must be …"), a build by its field (GraphOptionError:
  * "prefillBatch: must be …").
  */
@@ -34,10 +34,31 @@ import {
 
 /** The shortest context a converted chain supports … */
 export const MIN_CTX = 128;
-/** … and the longest. */
-export const MAX_CTX = 4096;
-/** The context a conversion gets when none is asked for. */
-export const DEFAULT_CTX = 256;
+/**
+ * … and the longest: the ANE's per-dimension limit (ANE_MAX_DIM), which the attention's score
+ * matmuls over the cache rows reach at ctx (limits.ts checks every built function).
+ */
+export const MAX_CTX = ANE_MAX_DIM;
+/**
+ * The context a conversion gets when none is asked for (an agent's system prompt, tools and a few
+ * tool results), or the model's max_position_embeddings where that is less.
+ */
+export const DEFAULT_CTX = 4096;
+/** The smallest default context bucket; each next one is BUCKET_STEP times longer, up to ctx. */
+export const FIRST_BUCKET = 256;
+export const BUCKET_STEP = 4;
+
+/**
+ * The default context buckets up to `ctx`: 256, 1,024, 4,096, 16,384 (×4 each, the documented
+ * rule: a decode step's attention cost grows with the bucket, so each bucket about quarters the
+ * one above while the runner is there; see bench's bucket-cost script), below ctx, then ctx.
+ */
+export function defaultBuckets(ctx: number): number[] {
+  const out: number[] = [];
+  for (let b = FIRST_BUCKET; b < ctx; b *= BUCKET_STEP) out.push(b);
+  out.push(ctx);
+  return out;
+}
 /** Tokens per prefill call (ANEMLL's batch; costplan: notes/prefill-gdn-forms.md). */
 export const DEFAULT_PREFILL_BATCH = 64;
 /** Drafts one verify call takes by default, and at most (the head's acceptance falls with depth). */
@@ -53,8 +74,17 @@ export interface ConvertOptions {
   model: string;
   /** Output folder (created; replaced only when the new conversion is complete). */
   out: string;
-  /** Context length, 128 … 4096 (default 256). */
+  /**
+   * Context length, 128 … 16,384 (default 4,096, or the model's max_position_embeddings where less;
+   * given alone, a single bucket of that size).
+   */
   ctx?: number;
+  /**
+   * Context buckets, ascending, 128 … 16,384, the last one the context (default: defaultBuckets of
+   * the default context; [ctx] when only ctx is given). Every super-block package carries its
+   * functions at each, over one KV store sized for the last.
+   */
+  buckets?: readonly number[];
   /** Super-blocks per package or "all" (default "all": as many as the size budget allows). */
   fuse?: number | "all";
   /** Largest package in bytes (default 1.5 GB). */
@@ -145,6 +175,11 @@ export type ComponentSpec =
 export interface BuildOptions {
   /** Context length: KV rows per attention layer and RoPE table rows (positions 0..ctx-1). Required. */
   readonly ctx: number;
+  /**
+   * Super-blocks: the KV lengths the package has functions for, ascending, the last one ctx
+   * (default [ctx]); with more than one, functions are named decode_<n> / prefill_<n>.
+   */
+  readonly buckets?: readonly number[];
   /** "fp16" (default): the ANE program. "fp32": the same graph in fp32, for exact parity checks. */
   readonly dtype?: GraphDType;
   /** KV cache placement (default "io"); GDN states are inputs/outputs either way. */
@@ -192,7 +227,11 @@ export interface BuildOptions {
 
 /** What the graph builders read: every build option checked, every default filled. */
 export interface ResolvedOptions {
+  /** The KV rows this function reads (its bucket; the largest bucket until a bucket is built). */
   readonly ctx: number;
+  readonly buckets: readonly number[];
+  /** mlstate: rows of the one KV state every function shares (ctx, + T − 1 spare rows beside prefill). */
+  readonly kvRows: number;
   readonly dtype: GraphDType;
   readonly state: KvPlacement;
   readonly attention: AttentionCore;
@@ -209,6 +248,9 @@ export interface ResolvedOptions {
 /** A conversion's options, checked and filled in (checkConvertForModel checks them against the model). */
 export interface ResolvedConvert {
   readonly ctx: number;
+  readonly buckets: readonly number[];
+  /** Neither ctx nor buckets were given: both follow the model's max_position_embeddings. */
+  readonly ctxDefault: boolean;
   readonly fuse: number | "all";
   readonly budgetBytes: number;
   readonly state: KvPlacement;
@@ -261,6 +303,19 @@ const fuseProblem = (v: unknown) =>
 const budgetProblem = (v: unknown) =>
   typeof v === "number" && v > 0 ? undefined : `must be positive, got ${String(v)}`;
 
+/** Why a bucket list is not ascending integers in [min, ctx] ending at ctx, or undefined. */
+function bucketsProblem(v: readonly unknown[], min: number, ctx: number): string | undefined {
+  if (!Array.isArray(v) || v.length === 0) return `must list at least one context length, got ${String(v)}`;
+  if (v.some((b, i) => i > 0 && (b as number) <= (v[i - 1] as number)))
+    return `must ascend, got ${v.join(",")}`;
+  for (const b of v) {
+    const p = integerProblem(b, min, ctx);
+    if (p) return `${p} (each bucket from ${min} to the context ${ctx})`;
+  }
+  if (v.at(-1) !== ctx) return `must end at the context ${ctx}, got ${v.join(",")}`;
+  return undefined;
+}
+
 const prefillProblem = (v: unknown, max: number) => integerProblem(v, 0, max, " (decode only)");
 
 /** Why `ctx` is past the model's own RoPE range (max_position_embeddings), or undefined. */
@@ -307,12 +362,16 @@ export function resolveBuildOptions(
   const quant = asQuantPlan(config, options.quant, { mtp: spec.kind === "mtp" });
   const { groupSize } = quant.policy;
   if (groupSize !== undefined) check(integerProblem(groupSize, 1), graphError("quant.groupSize"));
-  check(prefillProblem(o.prefillBatch, ctx), graphError("prefillBatch"));
+  const buckets = options.buckets ?? [ctx];
+  check(bucketsProblem(buckets, 1, ctx), graphError("buckets"));
+  check(prefillProblem(o.prefillBatch, buckets[0]), graphError("prefillBatch"));
   check(oneOfProblem(o.gdnPrefill, GDN_PREFILL_FORMS), graphError("gdnPrefill"));
   check(integerProblem(o.wyChunk, 1), graphError("wyChunk"));
   check(integerProblem(o.verifyTokens, 0, MAX_VERIFY_TOKENS, " (none)"), graphError("verifyTokens"));
   checkSpec(config, spec);
-  return { ctx, ...o, argmax: options.argmax ?? false, quant };
+  // a prefill chunk writes all T rows from its position: T − 1 spare rows let one start at ctx − 1
+  const kvRows = ctx + (o.prefillBatch > 0 ? o.prefillBatch - 1 : 0);
+  return { ctx, buckets, kvRows, ...o, argmax: options.argmax ?? false, quant };
 }
 
 function checkSpec(config: Qwen35Config, spec: ComponentSpec): void {
@@ -365,8 +424,11 @@ export function resolveQuantSpec(o: Pick<ConvertOptions, "quant" | "body" | "lmH
  * is open.
  */
 export function resolveConvertOptions(o: ConvertOptions): ResolvedConvert {
-  const ctx = o.ctx ?? DEFAULT_CTX;
+  const ctx = o.ctx ?? o.buckets?.at(-1) ?? DEFAULT_CTX;
   check(integerProblem(ctx, MIN_CTX, MAX_CTX), convertError("ctx"));
+  const ctxDefault = o.ctx === undefined && o.buckets === undefined;
+  const buckets = o.buckets ? [...o.buckets] : ctxDefault ? defaultBuckets(ctx) : [ctx];
+  check(bucketsProblem(buckets, MIN_CTX, ctx), convertError("buckets"));
   const fuse = o.fuse ?? "all";
   const budgetBytes = o.budgetBytes ?? DEFAULT_BUDGET_BYTES;
   checkPlanOptions(fuse, budgetBytes);
@@ -392,6 +454,8 @@ export function resolveConvertOptions(o: ConvertOptions): ResolvedConvert {
   const quantSpec = resolveQuantSpec(o);
   return {
     ctx,
+    buckets,
+    ctxDefault,
     fuse,
     budgetBytes,
     state,
@@ -407,6 +471,18 @@ export function resolveConvertOptions(o: ConvertOptions): ResolvedConvert {
     lmHeadMaxRows,
     lmHeadAuto,
   };
+}
+
+/**
+ * A conversion's context fitted to its model: the default context is cut to the model's
+ * max_position_embeddings (its buckets with it); a context the user asked for is kept (and checked
+ * by checkConvertForModel).
+ */
+export function fitConvertToModel(r: ResolvedConvert, config: Qwen35Config): ResolvedConvert {
+  const max = config.maxPositionEmbeddings;
+  if (!r.ctxDefault || max === undefined || max >= r.ctx) return r;
+  const ctx = Math.max(MIN_CTX, max);
+  return { ...r, ctx, buckets: defaultBuckets(ctx) };
 }
 
 /**

@@ -205,9 +205,10 @@ describe("convert", () => {
   it("rejects bad options and inputs with clear errors", async () => {
     const out = join(fresh(), "x");
     await expect(convert({ model: tied, out, ctx: 64 })).rejects.toThrow(ConvertOptionError);
-    await expect(convert({ model: tied, out, ctx: 8192 })).rejects.toThrow(
-      /--ctx must be an integer from 128 to 4096/,
+    await expect(convert({ model: tied, out, ctx: 32768 })).rejects.toThrow(
+      /--ctx must be an integer from 128 to 16384/,
     );
+    await expect(convert({ model: tied, out, buckets: [512, 256] })).rejects.toThrow(/--buckets must ascend/);
     await expect(convert({ model: tied, out, ctx: 4096 })).rejects.toThrow(
       /--ctx 4096 exceeds the model's max_position_embeddings \(2048\)/,
     );

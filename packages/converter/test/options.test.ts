@@ -8,6 +8,8 @@ import {
   type ConvertOptions,
   checkConvertForModel,
   DEFAULT_LM_HEAD_MAX_ROWS,
+  defaultBuckets,
+  fitConvertToModel,
   resolveBuildOptions,
   resolveConvertOptions,
 } from "../src/options.js";
@@ -36,7 +38,9 @@ describe("convert's options", () => {
   it("fills the defaults", () => {
     const r = resolveConvertOptions(base);
     expect(r).toMatchObject({
-      ctx: 256,
+      ctx: 4096,
+      buckets: [256, 1024, 4096],
+      ctxDefault: true,
       fuse: "all",
       budgetBytes: 1.5e9,
       state: "io",
@@ -52,9 +56,33 @@ describe("convert's options", () => {
     expect(resolveConvertOptions({ ...base, lmHeadMaxRows: "auto" })).toMatchObject({ lmHeadAuto: true });
   });
 
+  it("gives one bucket for --ctx alone, the last of --buckets as ctx, and the default buckets cut to the model", () => {
+    expect(resolveConvertOptions({ ...base, ctx: 2048 })).toMatchObject({ ctx: 2048, buckets: [2048] });
+    expect(resolveConvertOptions({ ...base, buckets: [256, 512] })).toMatchObject({
+      ctx: 512,
+      buckets: [256, 512],
+    });
+    expect(defaultBuckets(16384)).toEqual([256, 1024, 4096, 16384]);
+    const cfg = { maxPositionEmbeddings: 2048 } as Parameters<typeof fitConvertToModel>[1];
+    expect(fitConvertToModel(resolveConvertOptions(base), cfg)).toMatchObject({
+      ctx: 2048,
+      buckets: [256, 1024, 2048],
+    });
+    // a context asked for is kept (and refused by checkConvertForModel when past the model's)
+    expect(fitConvertToModel(resolveConvertOptions({ ...base, ctx: 4096 }), cfg).ctx).toBe(4096);
+  });
+
   it("refuses each bad option with ConvertOptionError naming its flag and what it takes", () => {
     const cases: [Partial<ConvertOptions>, string, RegExp][] = [
-      [{ ctx: 64 }, "ctx", /^--ctx must be an integer from 128 to 4096, got 64$/],
+      [{ ctx: 64 }, "ctx", /^--ctx must be an integer from 128 to 16384, got 64$/],
+      [{ ctx: 16385 }, "ctx", /^--ctx must be an integer from 128 to 16384, got 16385$/],
+      [{ buckets: [1024, 256] }, "buckets", /^--buckets must ascend, got 1024,256$/],
+      [{ buckets: [64, 256] }, "buckets", /^--buckets must be an integer from 128 to 256/],
+      [
+        { ctx: 2048, buckets: [256, 1024] },
+        "buckets",
+        /^--buckets must end at the context 2048, got 256,1024$/,
+      ],
       [{ ctx: 300.5 }, "ctx", /got 300\.5/],
       [{ fuse: 0 }, "fuse", /^--fuse must be a positive integer or "all", got 0$/],
       [{ budgetBytes: -1 }, "budget", /^--budget must be positive, got -1$/],

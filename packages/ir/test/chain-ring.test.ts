@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from "@anemll-qwen35/core";
 import { describe, expect, it } from "vitest";
-import { ringMask, ringRow } from "../src/chain/contract.js";
+import { kvWriteBound, prefillMask, ringMask, ringPrefillMask, ringRow } from "../src/chain/contract.js";
 import { decodeMask, MASK_NEG } from "../src/chain/index.js";
 
 describe("ring-buffer KV layout", () => {
@@ -43,5 +43,37 @@ describe("ring-buffer KV layout", () => {
     expect(() => ringRow(8, 8, 0)).toThrow(InvalidArgumentError);
     expect(() => ringMask("io", 8, -1, 0)).toThrow(InvalidArgumentError);
     expect(() => ringRow(8, 2, -1)).toThrow(InvalidArgumentError);
+  });
+});
+
+describe("prefill chunks past ctx with ring KV, and mlstate write bounds", () => {
+  it("each chunk query sees what a decode step at its position would: the ring mask row by row", () => {
+    const ctx = 8;
+    const sinks = 2;
+    const T = 3;
+    for (const p of [8, 10, 13]) {
+      const m = ringPrefillMask(ctx, sinks, T, p);
+      const row = ringRow(ctx, sinks, p);
+      if (row + T > ctx) continue; // the runner splits chunks at the wrap
+      for (let i = 0; i < T; i++) {
+        const got = Array.from(m.subarray(i * (ctx + T), (i + 1) * (ctx + T)));
+        // cache rows: hidden where the chunk's tokens ≤ i replace them
+        const want = Array.from({ length: ctx + T }, (_, j) => {
+          if (j < ctx) return j >= row && j <= row + i ? MASK_NEG : 0;
+          return j - ctx <= i ? 0 : MASK_NEG;
+        });
+        expect(got).toEqual(want);
+      }
+    }
+    // below ctx it is the plain prefill mask of the rows that fit
+    expect(ringPrefillMask(ctx, sinks, T, 2)).toEqual(prefillMask(ctx, T, 2));
+  });
+
+  it("a short chunk at the window's end fits by its real rows; kv_write bounds", () => {
+    expect(() => prefillMask(8, 4, 6)).toThrow(InvalidArgumentError);
+    expect(prefillMask(8, 4, 6, 2)).toHaveLength(4 * 12);
+    const rows = [4, 2, 3, 16];
+    expect(Array.from(kvWriteBound({ bound: "begin", rows }, 7))).toEqual([0, 0, 7, 0]);
+    expect(Array.from(kvWriteBound({ bound: "end", rows }, 7))).toEqual([4, 2, 10, 16]);
   });
 });

@@ -49,6 +49,8 @@ export interface LoadModelOptions {
   ringSinks?: number;
   /** Chains: prompts through the packages' prefill function when they have one (default true). */
   prefillFunction?: boolean;
+  /** Chains: unload the prefill functions once a prompt is in (runtime-ane's LoadChainOptions.dropPrefill). */
+  dropPrefill?: boolean;
   /**
    * Chains on Core ML: check the prefill function before trusting it (placement by MLComputePlan,
    * one call timed against T decode steps) — "recorded" (default: the verdict recorded beside the

@@ -146,6 +146,7 @@ async function loadChain(
     contextOverflow: o.contextOverflow ?? "error",
     ringSinks: o.ringSinks,
     prefillFunction: o.prefillFunction,
+    dropPrefill: o.dropPrefill,
     prefillCheck: o.prefillCheck,
     // the MTP head and the verify functions, when asked to speculate (chains converted with the head)
     speculative: o.speculative === "mtp",

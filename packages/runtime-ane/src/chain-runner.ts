@@ -16,13 +16,20 @@ import {
   type StepOutput,
 } from "@anemll-qwen35/generate";
 import {
+  type ChainComponent,
   type ChainManifest,
   type ChainManifestComponent,
   ChainStepper,
   type ComponentSnapshot,
+  chainBuckets,
+  chainFunctions,
+  DECODE_FAMILY,
   hiddenRow,
   MtpHead,
+  PREFILL_FAMILY,
+  type PrefillFunction,
   readChainManifest,
+  ringRow,
   type StatePlan,
   type VerifyChainOptions,
   verifyChainPackages,
@@ -52,6 +59,12 @@ export interface LoadChainOptions {
    */
   prefillFunction?: boolean;
   /**
+   * Unload the prefill functions once a prompt is in (default false): only the decode functions
+   * stay resident while generating (Core ML keeps a weight copy per loaded function), and the
+   * next prompt loads them again (bench's bucket-cost script measures that reload).
+   */
+  dropPrefill?: boolean;
+  /**
    * On a backend that can tell where ops run (Core ML), whether the prefill function is checked
    * before it is trusted (prefill-check.ts): "recorded" (default) uses the verdict recorded beside
    * the model for these packages on this machine, else checks and records; "recheck" checks again;
@@ -74,7 +87,7 @@ export interface LoadChainOptions {
   verify?: boolean | Pick<VerifyChainOptions, "cacheFile">;
   onProgress?: (
     event:
-      | { stage: "load"; component: string; index: number; total: number }
+      | { stage: "load"; component: string; index: number; total: number; bucket?: number }
       | { stage: "verify"; component: string }
       /** The prefill check's verdict (once per load of a chain with a prefill function). */
       | { stage: "prefill-check"; result: PrefillCheckResult }
@@ -159,20 +172,52 @@ class ChainSnapshot implements StateSnapshot {
   }
 }
 
+/** The super-block functions loaded now: one bucket's decode (and prefill) functions, and their stepper. */
+interface Resident {
+  /** Index into the chain's buckets. */
+  readonly bucket: number;
+  readonly prefill: boolean;
+  readonly loaded: readonly LoadedComponent[];
+  readonly stepper: ChainStepper;
+}
+
+const part = (name: string, io: ChainComponent["io"], c: LoadedComponent): ChainComponent => ({
+  name,
+  io,
+  newState: (plan: StatePlan) => c.newState(plan),
+  predict: (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) =>
+    c.predict(inputs, state, position),
+  prefill: c.prefill,
+  verify: c.verify,
+});
+
+/**
+ * Runs a chain over its context buckets: the super-block packages' functions of the smallest
+ * bucket that holds the tokens are the only ones loaded; moving to another bucket copies the
+ * state over (KV rows written so far, GDN states) and unloads the old functions before loading
+ * the new ones, so no more than one bucket's functions are ever resident and nothing is prefilled
+ * again.
+ */
 export class ChainRunner implements SpeculativeStepModel {
   readonly manifest: ChainManifest;
   readonly dir: string;
   readonly backend: Backend;
   readonly contextLength: number;
   readonly outputKind: "logits" | "top1";
+  /** The context buckets, ascending (the last one is the chain's ctx). */
+  readonly buckets: readonly number[];
+  private readonly embed: LoadedComponent;
+  private readonly head: LoadedComponent;
+  private readonly options: LoadChainOptions;
   private checked: PrefillCheckResult | undefined;
-  private readonly components: readonly LoadedComponent[];
-  private readonly stepper: ChainStepper;
   private readonly overflow: ContextOverflow;
   private readonly slideKeep: number;
-  /** A speculating chain: its MTP head and what it has yet to see. */
-  private readonly head?: MtpHead;
-  private readonly headComponent?: LoadedComponent;
+  private readonly ring: { readonly sinks: number } | undefined;
+  private readonly T: number | undefined;
+  private resident: Resident;
+  /** A speculating chain: its MTP head and what it has yet to see (it runs at the largest bucket). */
+  private readonly mtp?: MtpHead;
+  private readonly mtpComponent?: LoadedComponent;
   /** Head cache slots filled with (trunk hidden_t, token t+1): t < committed. */
   private headCommitted = 0;
   /** Consumed tokens with their trunk hidden rows, from position headCommitted − 1 on. */
@@ -190,52 +235,55 @@ export class ChainRunner implements SpeculativeStepModel {
   private constructor(
     dir: string,
     manifest: ChainManifest,
-    backend: Backend,
-    loaded: LoadedComponent[],
+    embed: LoadedComponent,
+    head: LoadedComponent,
+    resident: Resident,
     o: LoadChainOptions,
-    head?: { entry: ChainManifestComponent; loaded: LoadedComponent },
+    mtp?: { entry: ChainManifestComponent; loaded: LoadedComponent },
   ) {
     this.dir = dir;
     this.manifest = manifest;
-    this.backend = backend;
+    this.backend = o.backend;
     this.outputKind = manifest.argmax ? "top1" : "logits";
-    this.components = loaded;
-    const parts = manifest.components.map((entry, i) => ({
-      name: entry.name,
-      io: entry.io,
-      newState: (plan: StatePlan) => loaded[i].newState(plan),
-      predict: (inputs: Record<string, Tensor>, state?: ComponentState, position?: number) =>
-        loaded[i].predict(inputs, state, position),
-      prefill: loaded[i].prefill,
-      verify: loaded[i].verify,
-    }));
+    this.buckets = chainBuckets(manifest);
+    this.embed = embed;
+    this.head = head;
+    this.options = o;
+    this.resident = resident;
     this.overflow = o.contextOverflow ?? "error";
-    const sinks = o.ringSinks ?? DEFAULT_RING_SINKS;
-    if (this.overflow === "ring" && (!Number.isInteger(sinks) || sinks < 0 || sinks >= manifest.ctx))
-      throw new InvalidArgumentError(`ringSinks must be an integer in [0, ${manifest.ctx}), got ${sinks}`);
-    this.stepper = new ChainStepper(parts[0], parts.slice(1, -1), parts[parts.length - 1], {
-      ring: this.overflow === "ring" ? { sinks } : undefined,
-      headRows: head !== undefined,
-    });
-    if (head) {
-      this.headComponent = head.loaded;
-      this.head = new MtpHead(
+    this.ring = ringOf(manifest, o);
+    this.T = ChainRunner.prefillOf(manifest, o);
+    // ring: as many positions as the packages can encode
+    this.contextLength = this.overflow === "ring" ? resident.stepper.positionLimit : manifest.ctx;
+    this.slideKeep = o.slideKeep ?? 0.5;
+    if (mtp) {
+      this.mtpComponent = mtp.loaded;
+      this.mtp = new MtpHead(
         {
-          name: head.entry.name,
-          io: head.entry.io,
-          newState: (plan: StatePlan) => head.loaded.newState(plan),
-          predict: (inputs, state, position) => head.loaded.predict(inputs, state, position),
+          name: mtp.entry.name,
+          io: mtp.entry.io,
+          newState: (plan: StatePlan) => mtp.loaded.newState(plan),
+          predict: (inputs, state, position) => mtp.loaded.predict(inputs, state, position),
         },
-        this.overflow === "ring" ? sinks : 0,
+        this.ring?.sinks ?? 0,
       );
     }
-    // ring: as many positions as the packages can encode
-    this.contextLength = this.overflow === "ring" ? this.stepper.positionLimit : manifest.ctx;
-    this.slideKeep = o.slideKeep ?? 0.5;
+  }
+
+  /** Tokens per prefill call when every super-block package has a prefill function and it is wanted. */
+  private static prefillOf(manifest: ChainManifest, o: LoadChainOptions): number | undefined {
+    if (o.prefillFunction === false) return undefined;
+    const sizes = new Set(
+      manifest.components
+        .filter((c) => c.kind === "superblocks")
+        .map((c) => chainFunctions(c, manifest.ctx).find((f) => f.family === PREFILL_FAMILY)?.tokens),
+    );
+    return sizes.size === 1 ? [...sizes][0] : undefined;
   }
 
   /**
-   * Reads model.json, checks the packages' digests and loads every package through the backend;
+   * Reads model.json, checks the packages' digests, loads the embedding, the lm_head and the
+   * super-block functions of the smallest bucket (the others load when a conversation needs them);
    * on a backend with a function-check seam, checks the prefill function first (prefillCheck).
    */
   static async load(dir: string, loadOptions: LoadChainOptions): Promise<ChainRunner> {
@@ -248,6 +296,7 @@ export class ChainRunner implements SpeculativeStepModel {
         signal: options.signal,
       });
     }
+    ringOf(manifest, options);
     const check =
       options.prefillFunction === false
         ? undefined
@@ -260,78 +309,64 @@ export class ChainRunner implements SpeculativeStepModel {
           );
     // a recorded fallback: the prefill functions are not loaded at all
     if (check?.recorded?.keep === false) options = { ...options, prefillFunction: false };
+    const entries = manifest.components;
     const loaded: LoadedComponent[] = [];
-    const spec = options.speculative ? manifest.speculative : undefined;
-    let head: { entry: ChainManifestComponent; loaded: LoadedComponent } | undefined;
+    let runner: ChainRunner;
     try {
-      for (const [index, entry] of manifest.components.entries()) {
-        options.signal?.throwIfAborted();
-        options.onProgress?.({
-          stage: "load",
-          component: entry.name,
-          index,
-          total: manifest.components.length,
-        });
-        try {
-          // the embedding table is read on the host (host-embedding.ts), not run on the backend
-          if (entry.kind === "embed") {
-            loaded.push(await loadHostEmbedding(join(dir, entry.file), entry.name, entry.function, entry.io));
-            continue;
-          }
-          // speculating: the verify function serves as the decode step (decode loads only if needed)
-          const verify = spec ? entry.verify : undefined;
-          loaded.push(
-            await options.backend.load(join(dir, entry.file), {
-              name: entry.name,
-              functionName: entry.function,
-              io: entry.io,
-              prefill: options.prefillFunction === false ? undefined : entry.prefill,
-              verify,
-              lazyMain: verify !== undefined,
-              sha256: entry.sha256,
-              signal: options.signal,
-            }),
-          );
-        } catch (err) {
-          if ((err as Error).name === "AbortError") throw err;
-          throw new ChainLoadError(entry.name, `could not load ${entry.file}: ${(err as Error).message}`, {
-            cause: err,
-          });
-        }
+      // the embedding table is read on the host (host-embedding.ts), not run on the backend
+      const first = entries[0];
+      options.onProgress?.({ stage: "load", component: first.name, index: 0, total: entries.length });
+      loaded.push(
+        await loadEntry(first, () =>
+          loadHostEmbedding(join(dir, first.file), first.name, first.function, first.io),
+        ),
+      );
+      const last = entries.length - 1;
+      options.onProgress?.({
+        stage: "load",
+        component: entries[last].name,
+        index: last,
+        total: entries.length,
+      });
+      const speculating = speculativeOf(manifest, options) !== undefined;
+      if (speculating) {
+        const missing = entries.find((c) => c.kind !== "embed" && !c.verify);
+        if (missing)
+          throw new ChainLoadError(missing.name, "model.json lists an MTP head but no verify function here");
       }
+      loaded.push(await loadEntry(entries[last], () => loadFunction(dir, manifest, entries[last], options)));
+      const T = ChainRunner.prefillOf(manifest, options);
+      // a speculating chain runs at the largest bucket: its verify functions are that bucket's
+      const b = speculating ? chainBuckets(manifest).length - 1 : 0;
+      const resident = await residentAt(dir, manifest, loaded[0], loaded[1], b, T !== undefined, options);
+      loaded.push(...resident.loaded);
+      const spec = speculativeOf(manifest, options);
+      let mtp: { entry: ChainManifestComponent; loaded: LoadedComponent } | undefined;
       if (spec) {
         const entry = spec.mtp;
         options.onProgress?.({
           stage: "load",
           component: entry.name,
-          index: loaded.length,
-          total: loaded.length + 1,
+          index: entries.length,
+          total: entries.length + 1,
         });
-        try {
-          const c = await options.backend.load(join(dir, entry.file), {
+        const c = await loadEntry(entry, () =>
+          options.backend.load(join(dir, entry.file), {
             name: entry.name,
             functionName: entry.function,
             io: entry.io,
             sha256: entry.sha256,
             signal: options.signal,
-          });
-          head = { entry, loaded: c };
-        } catch (err) {
-          if ((err as Error).name === "AbortError") throw err;
-          throw new ChainLoadError(entry.name, `could not load ${entry.file}: ${(err as Error).message}`, {
-            cause: err,
-          });
-        }
-        const missing = manifest.components.find((c) => c.kind !== "embed" && !c.verify);
-        if (missing)
-          throw new ChainLoadError(missing.name, "model.json lists an MTP head but no verify function here");
+          }),
+        );
+        loaded.push(c);
+        mtp = { entry, loaded: c };
       }
+      runner = new ChainRunner(dir, manifest, loaded[0], loaded[1], resident, options, mtp);
     } catch (err) {
       for (const c of loaded) c.dispose();
-      head?.loaded.dispose();
       throw err;
     }
-    const runner = new ChainRunner(dir, manifest, options.backend, loaded, options, head);
     return check ? ChainRunner.checkPrefill(runner, check, options) : runner;
   }
 
@@ -351,20 +386,22 @@ export class ChainRunner implements SpeculativeStepModel {
     const T = runner.prefillTokens;
     if (!result && seam && T !== undefined) {
       try {
+        // every function a conversation may load: each bucket's decode and prefill
         for (const entry of runner.manifest.components) {
           if (entry.kind === "embed") continue; // read on the host
           const path = join(runner.dir, entry.file);
           const fn = { component: entry.name, sha256: entry.sha256 };
-          const role = entry.kind === "lm_head" ? "head" : "decode";
-          await check.functionLoaded(seam, path, { ...fn, functionName: entry.function, role });
-          if (entry.prefill)
-            await check.functionLoaded(seam, path, {
-              ...fn,
-              functionName: entry.prefill.function,
-              role: "prefill",
-            });
+          if (entry.kind === "lm_head") {
+            await check.functionLoaded(seam, path, { ...fn, functionName: entry.function, role: "head" });
+            continue;
+          }
+          for (const f of chainFunctions(entry, runner.manifest.ctx)) {
+            const role =
+              f.family === PREFILL_FAMILY ? "prefill" : f.family === DECODE_FAMILY ? "decode" : undefined;
+            if (role) await check.functionLoaded(seam, path, { ...fn, functionName: f.function, role });
+          }
         }
-        const stepper = runner.stepper;
+        const stepper = runner.resident.stepper;
         result = await check.decide(seam, T, {
           prefill: async () => {
             await stepper.prefill(new Array<number>(T).fill(0), 0, false);
@@ -397,18 +434,28 @@ export class ChainRunner implements SpeculativeStepModel {
 
   /** The most drafts one verify call takes: k of the conversion when speculating, else 0. */
   get maxDraftTokens(): number {
-    return this.head ? (this.manifest.speculative?.draftTokens ?? 0) : 0;
+    return this.mtp ? (this.manifest.speculative?.draftTokens ?? 0) : 0;
   }
 
   get position(): number {
     return this.pos;
   }
 
+  /** The context bucket whose functions are loaded now. */
+  get bucket(): number {
+    return this.buckets[this.resident.bucket];
+  }
+
+  /** Whether the super-block packages' prefill functions are loaded now. */
+  get prefillLoaded(): boolean {
+    return this.resident.prefill;
+  }
+
   reset(): void {
     this.pos = 0;
     this.history = [];
-    this.stepper.reset();
-    this.head?.state.reset();
+    this.resident.stepper.reset();
+    this.mtp?.state.reset();
     this.headCommitted = 0;
     this.trail = [];
     this.pending = undefined;
@@ -417,18 +464,18 @@ export class ChainRunner implements SpeculativeStepModel {
   /** Copies every super-block's state (KV caches up to the rows written) and the tokens consumed. */
   async snapshot(): Promise<StateSnapshot> {
     this.checkLive();
-    const rows = Math.min(this.pos, this.manifest.ctx);
-    const head = this.head && {
-      cache: await this.head.state.snapshot(Math.min(this.headCommitted, this.manifest.ctx)),
+    const rows = Math.min(this.pos, this.bucket);
+    const head = this.mtp && {
+      cache: await this.mtp.state.snapshot(Math.min(this.headCommitted, this.manifest.ctx)),
       committed: this.headCommitted,
       trail: [...this.trail],
-      selection: this.stepper.selection,
+      selection: this.resident.stepper.selection,
     };
     return new ChainSnapshot(
       this,
       this.pos,
       Int32Array.from(this.history),
-      await this.stepper.snapshot(rows),
+      await this.resident.stepper.snapshot(rows),
       head,
     );
   }
@@ -440,16 +487,18 @@ export class ChainRunner implements SpeculativeStepModel {
       throw new SnapshotMismatchError("this snapshot was not taken from this chain");
     const states = snapshot.states;
     if (!states) throw new SnapshotMismatchError("this snapshot was disposed");
-    await this.stepper.restore(states);
+    // the bucket that holds the snapshot's rows; what is resident now is overwritten
+    const stepper = await this.ensure(this.bucketFor(snapshot.position), this.resident.prefill, false);
+    await stepper.restore(states);
     this.pos = snapshot.position;
     this.history = Array.from(snapshot.history);
     this.pending = undefined;
     const head = snapshot.head;
-    if (this.head && head) {
-      await this.head.state.restore(head.cache);
+    if (this.mtp && head) {
+      await this.mtp.state.restore(head.cache);
       this.headCommitted = head.committed;
       this.trail = [...head.trail];
-      this.stepper.selection = head.selection;
+      stepper.selection = head.selection;
     }
   }
 
@@ -476,7 +525,7 @@ export class ChainRunner implements SpeculativeStepModel {
 
   async decode(id: number, opts: StepOptions = {}): Promise<StepOutput> {
     // speculating: the verify function is the decode step while its rows fit the context
-    if (this.head && this.verifyFits()) {
+    if (this.mtp && this.verifyFits()) {
       const [out] = await this.verify([id], opts);
       await this.accept(1, opts);
       return out;
@@ -499,56 +548,102 @@ export class ChainRunner implements SpeculativeStepModel {
 
   /** Tokens per call of the packages' prefill function (undefined: token by token through decode). */
   get prefillTokens(): number | undefined {
-    return this.stepper.prefillTokens;
+    return this.T;
+  }
+
+  /** The smallest bucket (index) holding `end` tokens; the largest past it (ring KV). */
+  private bucketFor(end: number): number {
+    if (this.mtp) return this.buckets.length - 1;
+    const i = this.buckets.findIndex((b) => b >= end);
+    return i < 0 ? this.buckets.length - 1 : i;
   }
 
   /**
-   * Runs tokens through the chain; the lm_head runs only for the last one (when wanted). With a
-   * prefill function of T tokens, they go T at a time while T rows fit the context; a shorter
-   * rest of at least T/8 tokens runs as one masked chunk (never padded with tokens: pad tokens
-   * would change the GDN state; a masked chunk costs about a full one, so a few tokens go
-   * through decode instead), the rest token by token through decode.
+   * Makes bucket `b`'s functions (with the prefill functions when `prefill`) the resident ones: the
+   * state moves over (`transfer`: the rows written so far), the old functions are unloaded first.
+   */
+  private async ensure(b: number, prefill: boolean, transfer = true): Promise<ChainStepper> {
+    const want = prefill && this.T !== undefined;
+    const r = this.resident;
+    if (r.bucket === b && r.prefill === want) return r.stepper;
+    const snap =
+      transfer && this.pos > 0 ? await r.stepper.snapshot(Math.min(this.pos, this.bucket)) : undefined;
+    for (const c of r.loaded) c.dispose();
+    this.resident = await residentAt(this.dir, this.manifest, this.embed, this.head, b, want, this.options);
+    if (snap) await this.resident.stepper.restore(snap);
+    return this.resident.stepper;
+  }
+
+  /**
+   * Runs tokens through the chain in the smallest bucket that holds them all; the lm_head runs
+   * only for the last one (when wanted). With a prefill function of T tokens, they go T at a time;
+   * a chunk is cut short where the cache ends (the window, or with ring KV the wrap) or the tokens
+   * do, and runs masked (never padded with tokens: pad tokens would change the GDN state). A lone
+   * token, or one whose chunk the backend cannot write there (ChainStepper.canPrefill), goes through
+   * decode.
    */
   private async consume(tokens: number[], opts: StepOptions, wantOutput = true): Promise<StepOutput> {
-    if (this.disposed) throw new AnemllError("E_DISPOSED", "the chain was disposed");
-    const T = this.stepper.prefillTokens;
+    this.checkLive();
+    const T = this.T;
+    // a backend that writes all T KV rows of a chunk (Core ML, io KV) gets a bucket with room for
+    // the last chunk's T rows, so that the prompt's tail is a chunk too (below the largest bucket)
+    const whole = T !== undefined && tokens.length >= 2 && this.resident.stepper.writesWholeChunks;
+    const b = this.bucketFor(this.pos + (whole ? Math.ceil(tokens.length / T) * T : tokens.length));
+    const ctx = this.buckets[b];
+    const batched = T !== undefined && tokens.length >= 2;
+    // a speculating chain keeps its functions (the stepper holds the verify's row selection)
+    const stepper = this.mtp
+      ? this.resident.stepper
+      : await this.ensure(b, batched || (this.resident.prefill && !this.options.dropPrefill));
     let out: StepOutput | undefined;
     let i = 0;
-    const minChunk = Math.max(2, Math.ceil((T ?? 0) / 8));
-    // prefill writes T KV rows from the position on: only while they fit the converted ctx (in ring
-    // mode the rest goes through decode, which wraps)
-    while (T !== undefined && this.pos + T <= this.manifest.ctx) {
-      const chunk = tokens.slice(i, i + T);
-      if (chunk.length < minChunk) break;
+    while (i < tokens.length) {
       opts.signal?.throwIfAborted();
-      i += chunk.length;
-      const last = i === tokens.length;
-      const r = await this.stepper.prefill(chunk, this.pos, wantOutput && last);
-      this.record(chunk, r.hidden[r.hidden.length - 1]);
-      out = r.head;
-    }
-    for (; i < tokens.length; i++) {
-      opts.signal?.throwIfAborted();
-      // speculating: the rest goes through verify calls, every row accepted (decode is not loaded)
-      if (this.head && this.verifyFits()) {
-        const chunk = tokens.slice(i, i + (this.stepper.verifyTokens as number));
-        const hiddens = await this.stepper.verify(chunk, this.pos);
-        this.stepper.accept(chunk.length);
-        const last = hiddens[hiddens.length - 1];
-        this.record(chunk, last);
-        i += chunk.length - 1;
-        if (wantOutput && i === tokens.length - 1)
-          out = await this.stepper.runHead(hiddenRow(last, chunk.length - 1));
-        continue;
+      const row = this.ring ? ringRow(ctx, this.ring.sinks, this.pos) : this.pos;
+      const n = T === undefined ? 1 : Math.min(T, tokens.length - i, ctx - row);
+      const last = i + n === tokens.length;
+      if (n >= 2 && stepper.canPrefill(this.pos, n)) {
+        const chunk = tokens.slice(i, i + n);
+        const r = await stepper.prefill(chunk, this.pos, wantOutput && last);
+        this.record(chunk, r.hidden[r.hidden.length - 1]);
+        out = r.head;
+        i += n;
+      } else if (this.mtp && this.verifyFits()) {
+        // speculating: the rest goes through verify calls, every row accepted (decode is not loaded)
+        const chunk = tokens.slice(i, i + (stepper.verifyTokens as number));
+        const hiddens = await stepper.verify(chunk, this.pos);
+        stepper.accept(chunk.length);
+        const lastRows = hiddens[hiddens.length - 1];
+        this.record(chunk, lastRows);
+        i += chunk.length;
+        if (wantOutput && i === tokens.length)
+          out = await stepper.runHead(hiddenRow(lastRows, chunk.length - 1));
+      } else {
+        out = await this.step(stepper, tokens[i], wantOutput && i === tokens.length - 1);
+        i++;
       }
-      out = await this.step(tokens[i], wantOutput && i === tokens.length - 1);
     }
+    if (batched && this.options.dropPrefill && !this.mtp) await this.ensure(b, false);
     return out ?? { logits: new Float32Array(0) };
+  }
+
+  private checkLive(): void {
+    if (this.disposed) throw new AnemllError("E_DISPOSED", "the chain was disposed");
+  }
+
+  private async step(
+    stepper: ChainStepper,
+    token: number,
+    withHead: boolean,
+  ): Promise<StepOutput | undefined> {
+    const r = await stepper.step(token, this.pos, withHead);
+    this.record([token], r.hidden[r.hidden.length - 1]);
+    return r.head;
   }
 
   /** Whether a verify call's k + 1 rows fit the context from the current position. */
   private verifyFits(): boolean {
-    const T = this.stepper.verifyTokens;
+    const T = this.resident.stepper.verifyTokens;
     return T !== undefined && this.pos + T <= this.manifest.ctx;
   }
 
@@ -558,33 +653,22 @@ export class ChainRunner implements SpeculativeStepModel {
    */
   private record(tokens: readonly number[], hidden: Tensor): void {
     for (const [j, token] of tokens.entries()) {
-      if (this.head) this.trail.push({ position: this.pos, token, hidden: hiddenRow(hidden, j) });
+      if (this.mtp) this.trail.push({ position: this.pos, token, hidden: hiddenRow(hidden, j) });
       this.pos++;
     }
     if (this.overflow === "slide") this.history.push(...tokens);
   }
 
-  private checkLive(): void {
-    if (this.disposed) throw new AnemllError("E_DISPOSED", "the chain was disposed");
-  }
-
-  private async step(token: number, withHead: boolean): Promise<StepOutput | undefined> {
-    this.checkLive();
-    const r = await this.stepper.step(token, this.pos, withHead);
-    this.record([token], r.hidden[r.hidden.length - 1]);
-    return r.head;
-  }
-
   private speculating(): MtpHead {
     this.checkLive();
-    if (!this.head)
+    if (!this.mtp)
       throw new AnemllError(
         "E_SPECULATIVE_UNSUPPORTED",
         this.manifest.speculative
           ? "this chain was loaded without speculative: true (load it with the MTP head to draft)"
           : "this chain was converted without an MTP head (no mtp.* tensors in the checkpoint, or --no-mtp)",
       );
-    return this.head;
+    return this.mtp;
   }
 
   /** The head's cache catches up with the trunk: the pairs (hidden_t, token t+1) for t < pos − 1. */
@@ -595,7 +679,7 @@ export class ChainRunner implements SpeculativeStepModel {
       const h = byPos.get(t);
       const next = byPos.get(t + 1);
       if (!h || !next) throw new AnemllError("E_CHAIN_STATE", `the MTP head lost the trunk's row ${t}`);
-      await head.step(h.hidden, await this.stepper.embedToken(next.token), 0, t);
+      await head.step(h.hidden, await this.resident.stepper.embedToken(next.token), 0, t);
     }
     this.headCommitted = Math.max(this.headCommitted, this.pos - 1);
     this.trail = this.trail.filter((r) => r.position >= this.pos - 1);
@@ -632,11 +716,11 @@ export class ChainRunner implements SpeculativeStepModel {
       opts.signal?.throwIfAborted();
       hidden = await head.step(
         hidden,
-        await this.stepper.embedToken(token),
+        await this.resident.stepper.embedToken(token),
         i === 0 ? 0 : 1,
         this.pos - 1 + i,
       );
-      const [out] = await this.stepper.runHeadRows([hidden], [1]);
+      const [out] = await this.resident.stepper.runHeadRows([hidden], [1]);
       outputs.push(out);
       token = pick(out, i);
       ids.push(token);
@@ -653,7 +737,7 @@ export class ChainRunner implements SpeculativeStepModel {
    */
   async verify(ids: number[], opts: StepOptions = {}): Promise<StepOutput[]> {
     this.speculating();
-    const T = this.stepper.verifyTokens as number;
+    const T = this.resident.stepper.verifyTokens as number;
     if (ids.length < 1 || ids.length > T)
       throw new InvalidArgumentError(
         `verify takes 1 … ${T} ids (next and up to ${T - 1} drafts), got ${ids.length}`,
@@ -661,10 +745,10 @@ export class ChainRunner implements SpeculativeStepModel {
     if (this.pending) throw new AnemllError("E_CHAIN_STATE", "verify before accept() of the last verify");
     opts.signal?.throwIfAborted();
     if (this.verifyFits()) {
-      const hiddens = await this.stepper.verify(ids, this.pos);
+      const hiddens = await this.resident.stepper.verify(ids, this.pos);
       const last = hiddens[hiddens.length - 1];
       const rows = ids.map((_, j) => hiddenRow(last, j));
-      const outputs = await this.stepper.runHeadRows(rows, new Array(rows.length).fill(0));
+      const outputs = await this.resident.stepper.runHeadRows(rows, new Array(rows.length).fill(0));
       this.pending = { kind: "rows", ids: [...ids], rows };
       return outputs;
     }
@@ -686,7 +770,7 @@ export class ChainRunner implements SpeculativeStepModel {
       );
     this.pending = undefined;
     if (p.kind === "rows") {
-      this.stepper.accept(n);
+      this.resident.stepper.accept(n);
       for (const [j, token] of p.ids.slice(0, n).entries()) {
         this.trail.push({ position: this.pos, token, hidden: p.rows[j] });
         this.pos++;
@@ -703,11 +787,107 @@ export class ChainRunner implements SpeculativeStepModel {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    for (const c of this.components) c.dispose();
-    this.headComponent?.dispose();
+    for (const c of [this.embed, ...this.resident.loaded, this.head]) c.dispose();
+    this.mtpComponent?.dispose();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     this.dispose();
   }
+}
+
+/** Ring KV's sinks, checked against the context. */
+function ringOf(manifest: ChainManifest, o: LoadChainOptions): { sinks: number } | undefined {
+  if (o.contextOverflow !== "ring") return undefined;
+  const sinks = o.ringSinks ?? DEFAULT_RING_SINKS;
+  if (!Number.isInteger(sinks) || sinks < 0 || sinks >= manifest.ctx)
+    throw new InvalidArgumentError(`ringSinks must be an integer in [0, ${manifest.ctx}), got ${sinks}`);
+  return { sinks };
+}
+
+/** model.json's MTP head and verify size when the chain is loaded to speculate and has one. */
+function speculativeOf(manifest: ChainManifest, o: LoadChainOptions): ChainManifest["speculative"] {
+  return o.speculative ? manifest.speculative : undefined;
+}
+
+/** Loads one component, naming it in the error. */
+async function loadEntry(
+  entry: ChainManifestComponent,
+  load: () => Promise<LoadedComponent>,
+): Promise<LoadedComponent> {
+  try {
+    return await load();
+  } catch (err) {
+    if ((err as Error).name === "AbortError") throw err;
+    throw new ChainLoadError(entry.name, `could not load ${entry.file}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+}
+
+/** A package's function `family` at bucket `ctx` (with the prefill function of that bucket, when asked). */
+function loadFunction(
+  dir: string,
+  manifest: ChainManifest,
+  entry: ChainManifestComponent,
+  options: LoadChainOptions,
+  ctx?: number,
+  prefill = false,
+): Promise<LoadedComponent> {
+  const table = ctx === undefined ? undefined : chainFunctions(entry, ctx);
+  const at = (family: string) => table?.find((f) => f.family === family && f.ctx === ctx);
+  const decode = at(DECODE_FAMILY) ?? { function: entry.function, io: entry.io };
+  const pf = prefill ? at(PREFILL_FAMILY) : undefined;
+  // speculating: the verify function serves as the decode step (decode loads only if needed)
+  const verify: PrefillFunction | undefined = speculativeOf(manifest, options) ? entry.verify : undefined;
+  return options.backend.load(join(dir, entry.file), {
+    name: entry.name,
+    functionName: decode.function,
+    io: decode.io,
+    prefill: pf && { function: pf.function, tokens: pf.tokens, io: pf.io },
+    verify,
+    lazyMain: verify !== undefined,
+    sha256: entry.sha256,
+    signal: options.signal,
+  });
+}
+
+/** Loads every super-block package's functions at bucket index `b`, and a stepper over them. */
+async function residentAt(
+  dir: string,
+  manifest: ChainManifest,
+  embed: LoadedComponent,
+  head: LoadedComponent,
+  b: number,
+  prefill: boolean,
+  o: LoadChainOptions,
+): Promise<Resident> {
+  const ctx = chainBuckets(manifest)[b];
+  const entries = manifest.components;
+  const loaded: LoadedComponent[] = [];
+  try {
+    for (const [index, entry] of entries.entries()) {
+      if (entry.kind !== "superblocks") continue;
+      o.signal?.throwIfAborted();
+      o.onProgress?.({ stage: "load", component: entry.name, index, total: entries.length, bucket: ctx });
+      // the table's ctx of an old model.json is the chain's ctx (one bucket)
+      loaded.push(await loadEntry(entry, () => loadFunction(dir, manifest, entry, o, ctx, prefill)));
+    }
+  } catch (err) {
+    for (const c of loaded) c.dispose();
+    throw err;
+  }
+  const blocks = entries.filter((e) => e.kind === "superblocks");
+  const ioAt = (entry: ChainManifestComponent) =>
+    chainFunctions(entry, manifest.ctx).find((f) => f.family === DECODE_FAMILY && f.ctx === ctx)?.io ??
+    entry.io;
+  const first = entries[0];
+  const last = entries[entries.length - 1];
+  const stepper = new ChainStepper(
+    part(first.name, first.io, embed),
+    blocks.map((e, i) => part(e.name, ioAt(e), loaded[i])),
+    part(last.name, last.io, head),
+    { ring: ringOf(manifest, o), headRows: speculativeOf(manifest, o) !== undefined },
+  );
+  return { bucket: b, prefill, loaded, stepper };
 }

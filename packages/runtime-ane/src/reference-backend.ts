@@ -65,7 +65,12 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
       };
       const main = lazy(opts.functionName);
       const run = (fn: () => MilInterpreter) =>
-        async function predict(inputs: Record<string, Tensor>, state?: ComponentState, position?: number) {
+        async function predict(
+          inputs: Record<string, Tensor>,
+          state?: ComponentState,
+          position?: number,
+          rows?: number,
+        ) {
           // The interpreter computes synchronously: give the event loop a turn first, so that a
           // server or UI driving the chain keeps serving I/O (and sees aborts) during generation.
           await new Promise<void>((resolve) => setImmediate(resolve));
@@ -81,7 +86,7 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
           }).outputs;
           let outputs = r;
           if (st) {
-            const kept = st.keep(r, position);
+            const kept = st.keep(r, position, rows);
             counter.bytesKept += kept.copied;
             outputs = kept.outputs;
           }
@@ -99,8 +104,14 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
             bytes: (core) => core?.bytes ?? 0,
           }),
         predict: run(main),
-        // the prefill and verify functions bind and keep the same buffers (their kept inputs and outputs share names)
-        prefill: pf && { io: pf.io, tokens: pf.tokens, predict: run(lazy(pf.function)) },
+        // the prefill and verify functions bind and keep the same buffers (their kept inputs and
+        // outputs share names); a short chunk's io KV rows past its tokens are not kept
+        prefill: pf && {
+          io: pf.io,
+          tokens: pf.tokens,
+          partialRows: true,
+          predict: run(lazy(pf.function)),
+        },
         verify: vf && { io: vf.io, tokens: vf.tokens, predict: run(lazy(vf.function)) },
         dispose() {},
       };

@@ -4,6 +4,7 @@ import {
   DEFAULT_CTX,
   DEFAULT_LUT_GROUP_SIZE,
   DEFAULT_PREFILL_BATCH,
+  defaultBuckets,
   formatWeightQuant,
   MAX_CTX,
   MIN_CTX,
@@ -11,7 +12,7 @@ import {
 } from "@anemll-qwen35/converter";
 import { type Command, Option } from "commander";
 import type { Context } from "../context.js";
-import { bytes, choice, fuse, int, weightQuant } from "../options.js";
+import { buckets, bytes, choice, fuse, int, weightQuant } from "../options.js";
 import { interruptible, progressReporter } from "../progress.js";
 
 export function registerConvert(program: Command, ctx: Context): void {
@@ -29,7 +30,16 @@ export function registerConvert(program: Command, ctx: Context): void {
       "--force",
       "convert into an output folder that is not a previous conversion (its other files are kept; never the checkpoint)",
     )
-    .option("--ctx <n>", `context length, ${MIN_CTX}…${MAX_CTX}`, int("--ctx", 1), DEFAULT_CTX)
+    .option(
+      "--ctx <n>",
+      `context length, ${MIN_CTX}…${MAX_CTX}, as a single bucket (default ${DEFAULT_CTX} or the model's max_position_embeddings, in the buckets ${defaultBuckets(DEFAULT_CTX).join(",")})`,
+      int("--ctx", 1),
+    )
+    .option(
+      "--buckets <a,b,c>",
+      "context buckets, ascending, the last one the context: each super-block package gets decode/prefill functions at each KV length over one KV store",
+      buckets,
+    )
     .option("--fuse <n|all>", "super-blocks per package, or all that fit the budget", fuse, "all")
     .addOption(
       new Option("--budget <size>", "largest package size")
@@ -111,6 +121,7 @@ export function registerConvert(program: Command, ctx: Context): void {
           model,
           out: o.out,
           ctx: o.ctx,
+          buckets: o.buckets,
           fuse: o.fuse,
           budgetBytes: o.budget,
           state: o.state,

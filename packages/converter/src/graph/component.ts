@@ -14,7 +14,14 @@
  * instead of a fresh one; its own blob sink, if any, then applies. Every conv/matmul of the result
  * is checked against the ANE's size limits (limits.ts; AneLimitError names the tensor).
  */
-import type { ComponentIO, PrefillFunction } from "@anemll-qwen35/ir/chain";
+import {
+  type ChainFunction,
+  type ChainManifestComponent,
+  type ComponentIO,
+  DECODE_FAMILY,
+  PREFILL_FAMILY,
+  type PrefillFunction,
+} from "@anemll-qwen35/ir/chain";
 import { MilBuilder, MilProgramBuilder, type MilVar, type MlModel } from "@anemll-qwen35/ir/mil";
 import { UnsupportedModelError } from "../errors.js";
 import { type BuildOptions, type ComponentSpec, resolveBuildOptions } from "../options.js";
@@ -26,22 +33,25 @@ import { buildMtp } from "./mtp.js";
 import { buildSuperblocks } from "./superblock.js";
 import { GraphWeights, type WeightSource } from "./weights.js";
 
-export interface BuiltComponent {
+/**
+ * One built package: its program, and the functions model.json records for it (the default one,
+ * prefill, the per-bucket table, verify — see ir/chain's ChainManifestComponent).
+ */
+export interface BuiltComponent
+  extends Pick<ChainManifestComponent, "function" | "io" | "prefill" | "functions" | "verify"> {
   readonly model: MlModel;
-  /** The default function: "main", or "decode" beside a prefill function. */
-  readonly function: string;
-  readonly io: ComponentIO;
-  /** Super-blocks built with prefillBatch > 0: the prefill function (same weights). */
-  readonly prefill?: PrefillFunction;
-  /** Super-blocks and lm_head built with verifyTokens > 0: the verify function (same weights). */
-  readonly verify?: PrefillFunction;
 }
 
-/** Function names of a super-block package with a prefill function. */
+/** Function names of a super-block package with a prefill function (one bucket). */
 export const DECODE_FUNCTION = "decode";
 export const PREFILL_FUNCTION = "prefill";
 /** The verify function of super-block and lm_head packages of a chain with an MTP head. */
 export const VERIFY_FUNCTION = "verify";
+
+/** A family's function at a bucket: "decode" with one bucket, "decode_1024" with several. */
+export function bucketFunctionName(family: string, ctx: number, buckets: readonly number[]): string {
+  return buckets.length > 1 ? `${family}_${ctx}` : family;
+}
 
 /** Throws UnsupportedModelError for checkpoints the ANE graphs do not cover (MoE). */
 export function assertConvertible(source: Pick<WeightSource, "config">): void {
@@ -65,13 +75,12 @@ export async function buildComponent(
 ): Promise<BuiltComponent> {
   assertConvertible(source);
   const o = resolveBuildOptions(source.config, spec, options);
-  // a prefill or verify function beside decode (lm_head: verify beside main): one program, its
-  // weights made once and adopted by every function
-  const verifies = (spec.kind === "superblocks" || spec.kind === "lm_head") && o.verifyTokens > 0;
-  const multi = ((spec.kind === "superblocks" && o.prefillBatch > 0) || verifies) && !builder;
+  // a prefill or verify function or more buckets beside decode (lm_head: verify beside main): one
+  // program, its weights made once and adopted by every function
+  const sb = spec.kind === "superblocks";
+  const verifies = (sb || spec.kind === "lm_head") && o.verifyTokens > 0;
+  const multi = ((sb && (o.prefillBatch > 0 || o.buckets.length > 1)) || verifies) && !builder;
   const program = multi ? new MilProgramBuilder({ blobSink: options.blobSink }) : undefined;
-  const mainName = spec.kind === "superblocks" ? DECODE_FUNCTION : "main";
-  const b = program?.function(mainName) ?? builder ?? new MilBuilder({ blobSink: options.blobSink });
   const shared = program ? new Map<string, MilVar>() : undefined;
   const weightsFor = (fb: MilBuilder) =>
     new GraphWeights(fb, source, {
@@ -84,24 +93,9 @@ export async function buildComponent(
       store: options.store,
       shared,
     });
-  const w = weightsFor(b);
-  let io: ComponentIO;
-  if (spec.kind === "embed") io = await buildEmbed(w, o);
-  else if (spec.kind === "superblocks") io = await buildSuperblocks(w, spec.first, spec.count, o);
-  else if (spec.kind === "mtp") io = await buildMtp(w, o);
-  else io = await buildLmHead(w, o);
-  checkAneLimits(b.function(), describe(spec), (name) => w.tensorOf(name));
-  let prefill: PrefillFunction | undefined;
-  if (program && spec.kind === "superblocks" && o.prefillBatch > 0) {
-    const pb = program.function(PREFILL_FUNCTION);
-    const pw = weightsFor(pb);
-    const shape = { tokens: o.prefillBatch, gdnForm: o.gdnPrefill, wyChunk: o.wyChunk };
-    const pio = await buildSuperblocks(pw, spec.first, spec.count, o, shape);
-    checkAneLimits(pb.function(), `${describe(spec)} (prefill)`, (name) => pw.tensorOf(name));
-    prefill = { function: PREFILL_FUNCTION, tokens: o.prefillBatch, io: pio };
-  }
-  let verify: PrefillFunction | undefined;
-  if (program && verifies) {
+  // the verify function: k + 1 rows scored in one call (super-blocks: at the largest bucket)
+  const buildVerify = async (): Promise<PrefillFunction | undefined> => {
+    if (!program || !verifies) return undefined;
     const vb = program.function(VERIFY_FUNCTION);
     const vw = weightsFor(vb);
     const T = o.verifyTokens + 1;
@@ -111,8 +105,62 @@ export async function buildComponent(
         ? await buildSuperblocks(vw, spec.first, spec.count, o, shape)
         : await buildLmHeadRows(vw, o, T);
     checkAneLimits(vb.function(), `${describe(spec)} (verify)`, (name) => vw.tensorOf(name));
-    verify = { function: VERIFY_FUNCTION, tokens: T, io: vio };
+    return { function: VERIFY_FUNCTION, tokens: T, io: vio };
+  };
+  if (program && spec.kind === "superblocks") {
+    // every bucket, largest first (its decode function is the package's default), decode then prefill
+    const functions: ChainFunction[] = [];
+    for (const ctx of [...o.buckets].reverse()) {
+      const bo = { ...o, ctx };
+      const families = [{ family: DECODE_FAMILY, tokens: 1 }];
+      if (o.prefillBatch > 0) families.push({ family: PREFILL_FAMILY, tokens: o.prefillBatch });
+      for (const { family, tokens } of families) {
+        const name = bucketFunctionName(family, ctx, o.buckets);
+        const fb = program.function(name);
+        const fw = weightsFor(fb);
+        const shape =
+          family === PREFILL_FAMILY ? { tokens, gdnForm: o.gdnPrefill, wyChunk: o.wyChunk } : undefined;
+        const fio = await buildSuperblocks(fw, spec.first, spec.count, bo, shape);
+        checkAneLimits(fb.function(), `${describe(spec)} (${name})`, (n) => fw.tensorOf(n));
+        functions.push({ family, ctx, function: name, tokens, io: fio });
+      }
+    }
+    functions.sort((a, b) => a.ctx - b.ctx);
+    const top = functions.filter((f) => f.ctx === o.ctx);
+    const decode = top.find((f) => f.family === DECODE_FAMILY) as ChainFunction;
+    const pf = top.find((f) => f.family === PREFILL_FAMILY);
+    const prefill = pf && { function: pf.function, tokens: pf.tokens, io: pf.io };
+    const verify = await buildVerify();
+    const model = program.model({
+      metadata: metadataOf(spec, o, decode.io, prefill, verify),
+      defaultFunctionName: decode.function,
+    });
+    return { model, function: decode.function, io: decode.io, prefill, functions, verify };
   }
+  const b = program?.function("main") ?? builder ?? new MilBuilder({ blobSink: options.blobSink });
+  const w = weightsFor(b);
+  let io: ComponentIO;
+  if (spec.kind === "embed") io = await buildEmbed(w, o);
+  else if (spec.kind === "superblocks") io = await buildSuperblocks(w, spec.first, spec.count, o);
+  else if (spec.kind === "mtp") io = await buildMtp(w, o);
+  else io = await buildLmHead(w, o);
+  checkAneLimits(b.function(), describe(spec), (name) => w.tensorOf(name));
+  if (program) {
+    const verify = await buildVerify();
+    const metadata = metadataOf(spec, o, io, undefined, verify);
+    return { model: program.model({ metadata, defaultFunctionName: "main" }), function: "main", io, verify };
+  }
+  return { model: b.model({ metadata: metadataOf(spec, o, io) }), function: b.functionName, io };
+}
+
+/** The package's Core ML metadata: what it is and the options that shaped it. */
+function metadataOf(
+  spec: ComponentSpec,
+  o: ReturnType<typeof resolveBuildOptions>,
+  io: ComponentIO,
+  prefill?: PrefillFunction,
+  verify?: PrefillFunction,
+) {
   const rules = o.quant.policy.rules.map((r) => `${r.pattern}=${formatWeightQuant(r.quant)}`);
   const userDefined: Record<string, string> = {
     "com.anemll.component": io.component,
@@ -128,12 +176,8 @@ export async function buildComponent(
   }
   if (verify) userDefined["com.anemll.verify"] = String(verify.tokens);
   if (io.layers.length) userDefined["com.anemll.layers"] = io.layers.join(",");
-  const metadata = { shortDescription: `Qwen3.5 ${describe(spec)} (anemll-qwen35)`, userDefined };
-  if (program) {
-    const model = program.model({ metadata, defaultFunctionName: mainName });
-    return { model, function: mainName, io, prefill, verify };
-  }
-  return { model: b.model({ metadata }), function: b.functionName, io };
+  if (o.buckets.length > 1) userDefined["com.anemll.buckets"] = o.buckets.join(",");
+  return { shortDescription: `Qwen3.5 ${describe(spec)} (anemll-qwen35)`, userDefined };
 }
 
 function describe(spec: ComponentSpec): string {

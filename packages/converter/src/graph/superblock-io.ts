@@ -6,9 +6,10 @@
  * Attention scores every layer's cached rows and this step's rows apart (attention.ts), so the
  * mask has ctx + T keys in both KV placements. RoPE's cos/sin come in as inputs (the host computes
  * them for any position), so the function has no gather. With the KV in a Core ML state, the
- * function reads the state once, and writes all layers' new rows at `position` in one
- * slice_update at its end; the int32 bounds of that write are computed once, at the start — the
- * only run-time-index work of the function — so no int32 op sits between two ANE ops.
+ * function reads the state once (one state of kvRows rows that every bucket's functions share;
+ * each reads its first ctx rows), and writes all layers' new rows in one slice_update at its end,
+ * at bounds the host feeds (role kv_write): the function holds no int32 op, so nothing of it runs
+ * on the CPU.
  */
 import type { ComponentIO, GraphDType, IoTensor } from "@anemll-qwen35/ir/chain";
 import type { Qwen35Config, SuperBlock } from "@anemll-qwen35/ir/checkpoint";
@@ -255,9 +256,8 @@ export class SuperblockIO {
   }
 
   /**
-   * mlstate: one fp16 state `kv` [2n, Hkv, ctx, hd] (layer i's K at row i, V at n + i), its `position`
-   * input, the bounds [0, 0, position, 0] .. [2n, Hkv, position + T, hd] of the step's write, and
-   * the state's one read.
+   * mlstate: one fp16 state `kv` [2n, Hkv, kvRows, hd] (layer i's K at row i, V at n + i), the
+   * bounds of the step's write (host inputs), and the state's one read.
    */
   private declareKvState(cfg: Qwen35Config): NonNullable<SuperblockIO["kvState"]> {
     const b = this.b;
@@ -267,7 +267,7 @@ export class SuperblockIO {
       { row: i, layer: L, part: "k" as const },
       { row: n + i, layer: L, part: "v" as const },
     ]);
-    const shape = [2 * n, Hkv, this.o.ctx, hd];
+    const shape = [2 * n, Hkv, this.o.kvRows, hd];
     this.states.push({
       name: "kv",
       dtype: "fp16",
@@ -275,19 +275,17 @@ export class SuperblockIO {
       role: { kind: "kv_state", rows: rows.sort((p, q) => p.row - q.row) },
     });
     const state = b.state("kv", tensorType("fp16", shape)); // Core ML states are fp16 in every dtype
-    const position = this.input({ name: "position", dtype: "int32", shape: [1], role: { kind: "position" } });
-    const begin = b.concat({
-      values: [b.const([0, 0], "int32", [2]), position, b.const([0], "int32", [1])],
-      axis: 0,
-      name: "kv_write_begin",
-    });
-    const next = b.add({ x: position, y: this.T, name: "kv_write_end_pos" });
-    const end = b.concat({
-      values: [b.const([2 * n, Hkv], "int32", [2]), next, b.const([hd], "int32", [1])],
-      axis: 0,
-      name: "kv_write_end",
-    });
-    const read = b.readState({ input: state, name: "kv_read" }); // [2n, Hkv, ctx, hd]
+    // the write's bounds [0, 0, row, 0] .. [2n, Hkv, row + T, hd], from the host
+    const rowsShape = [2 * n, Hkv, this.T, hd];
+    const [begin, end] = (["begin", "end"] as const).map((bound) =>
+      this.input({
+        name: `kv_write_${bound}`,
+        dtype: "int32",
+        shape: [4],
+        role: { kind: "kv_write", bound, rows: rowsShape },
+      }),
+    );
+    const read = b.readState({ input: state, name: "kv_read" }); // [2n, Hkv, kvRows, hd]
     return { state, read, begin, end };
   }
 
@@ -385,7 +383,7 @@ export class SuperblockIO {
       );
     else if (prefill)
       notes.push(
-        `prefill: ${T} tokens at positions [position, position + ${T}) in one call; a shorter chunk of n tokens feeds copies of its last hidden row after them (never zeros: an fp16 norm of a zero row is NaN on a datapath that flushes subnormals), valid = 1 for the first n rows and 0 after, conv_pick picks window columns n … n + ${K1 - 1}; all ${T} KV rows are written (rows past n are masked until decode overwrites them), so position + ${T} ≤ ctx`,
+        `prefill: ${T} tokens at positions [position, position + ${T}) in one call; a shorter chunk of n tokens feeds copies of its last hidden row after them (never zeros: an fp16 norm of a zero row is NaN on a datapath that flushes subnormals), valid = 1 for the first n rows and 0 after, conv_pick picks window columns n … n + ${K1 - 1}; all ${T} KV rows are produced (rows past n are masked until decode overwrites them; the host may keep only n), so position + n ≤ ctx`,
       );
     if (this.verifyRows > 0 && !prefill?.verify)
       notes.push(
@@ -393,6 +391,10 @@ export class SuperblockIO {
       );
     if (o.state === "mlstate" && o.dtype === "fp32")
       notes.push("the KV state is fp16 (Core ML states are fp16 only); this fp32 graph casts around it");
+    if (o.state === "mlstate")
+      notes.push(
+        `the KV state has ${o.kvRows} rows, shared by every bucket's functions; this one reads the first ${o.ctx} and writes ${T} at the host's kv_write bounds`,
+      );
     return notes;
   }
 }

@@ -65,6 +65,12 @@ export type IoRole =
       readonly theta: number;
     }
   | { readonly kind: "mask"; readonly rule: MaskRule; readonly keys: number; readonly maskValue: number }
+  /**
+   * mlstate KV: the bounds [4] of the step's one write into the state `kv`, fed by the host so the
+   * function holds no int32 arithmetic: begin = [0, 0, row, 0], end = [rows[0], rows[1], row +
+   * rows[2], rows[3]], `rows` the shape of the rows written ([2n, Hkv, T, hd]).
+   */
+  | { readonly kind: "kv_write"; readonly bound: "begin" | "end"; readonly rows: readonly number[] }
   /** Prefill: [1, 1, T, 1], 1 for the chunk's real tokens, 0 for the rows after them. */
   | { readonly kind: "valid" }
   /** Prefill: [1, T + K − 1, K − 1] one-hot, picks the GDN conv window after the last real token. */
@@ -203,11 +209,14 @@ function checkRing(ctx: number, sinks: number, position: number): void {
     throw new InvalidArgumentError(`position ${position} is not a non-negative integer`);
 }
 
-/** The prefill mask [T, ctx + T] for a chunk at `position` (row i: cache rows < position, chunk keys ≤ i). */
-export function prefillMask(ctx: number, tokens: number, position: number): Float32Array {
-  if (!Number.isInteger(position) || position < 0 || position + tokens > ctx) {
+/**
+ * The prefill mask [T, ctx + T] for a chunk of `n` ≤ T real tokens at `position` (row i: cache
+ * rows < position, chunk keys ≤ i). The chunk's real rows must fit: position + n ≤ ctx.
+ */
+export function prefillMask(ctx: number, tokens: number, position: number, n = tokens): Float32Array {
+  if (!Number.isInteger(position) || position < 0 || position + n > ctx) {
     throw new InvalidArgumentError(
-      `a prefill chunk of ${tokens} at position ${position} does not fit the context of ${ctx}`,
+      `a prefill chunk of ${n} at position ${position} does not fit the context of ${ctx}`,
     );
   }
   const keys = ctx + tokens;
@@ -217,6 +226,34 @@ export function prefillMask(ctx: number, tokens: number, position: number): Floa
     m.fill(0, i * keys + ctx, i * keys + ctx + i + 1);
   }
   return m;
+}
+
+/**
+ * The prefill mask of a chunk at `position` ≥ ctx with ring-buffer KV (see ringRow; the chunk's n
+ * rows do not wrap): query i sees the sinks, the cached tokens still in its window and the chunk's
+ * keys ≤ i. The cache rows ringRow(position + j), j ≤ i, hold the tokens that left query i's
+ * window (each row is the one token position + j replaces), so they are hidden.
+ */
+export function ringPrefillMask(ctx: number, sinks: number, tokens: number, position: number): Float32Array {
+  if (position < ctx) return prefillMask(ctx, tokens, position, Math.min(tokens, ctx - position));
+  const row = ringRow(ctx, sinks, position);
+  const keys = ctx + tokens;
+  const m = new Float32Array(tokens * keys);
+  for (let i = 0; i < tokens; i++) {
+    m.fill(MASK_NEG, i * keys + row, i * keys + Math.min(ctx, row + i + 1));
+    m.fill(MASK_NEG, i * keys + ctx + i + 1, (i + 1) * keys);
+  }
+  return m;
+}
+
+/** The bounds of an mlstate KV write at `row` (role kv_write: [0, 0, row, 0] or the end). */
+export function kvWriteBound(
+  role: { bound: "begin" | "end"; rows: readonly number[] },
+  row: number,
+): Int32Array {
+  return Int32Array.from(role.rows, (d, i) =>
+    i === 2 ? row + (role.bound === "end" ? d : 0) : role.bound === "end" ? d : 0,
+  );
 }
 
 /**
@@ -285,6 +322,14 @@ const componentIoSchema = z.object({
   notes: z.array(z.string()),
 });
 
+const chainFunctionSchema = z.object({
+  family: z.string().min(1),
+  ctx: z.number().int().positive(),
+  function: z.string().min(1),
+  tokens: z.number().int().positive(),
+  io: componentIoSchema,
+});
+
 const componentSchema = z.object({
   name: z.string().min(1),
   kind: z.enum(["embed", "superblocks", "lm_head", "mtp"]),
@@ -295,6 +340,12 @@ const componentSchema = z.object({
   prefill: z
     .object({ function: z.string().min(1), tokens: z.number().int().positive(), io: componentIoSchema })
     .optional(),
+  /**
+   * Every function of the package (super-blocks): its family ("decode", "prefill", or another a
+   * newer converter adds), its context bucket and tokens per call. Absent in folders written before
+   * context buckets: `function` and `prefill` at ctx are the whole table.
+   */
+  functions: z.array(chainFunctionSchema).optional(),
   /** Super-blocks and lm_head of a chain with an MTP head: the verify function (k + 1 rows a call). */
   verify: z
     .object({ function: z.string().min(1), tokens: z.number().int().positive(), io: componentIoSchema })
@@ -315,6 +366,11 @@ export const chainManifestSchema = z.object({
     tiedEmbeddings: z.boolean(),
   }),
   ctx: z.number().int().positive(),
+  /**
+   * The context buckets, ascending, the last one ctx: every super-block package carries its
+   * functions at each of these KV lengths over one KV store sized for ctx (absent: [ctx]).
+   */
+  buckets: z.array(z.number().int().positive()).min(1).optional(),
   fuse: z.union([z.number().int().positive(), z.literal("all")]),
   state: z.enum(["io", "mlstate"]),
   dtype: z.enum(["fp16", "fp32"]),
@@ -381,8 +437,39 @@ export interface ChainManifestComponent {
   readonly io: ComponentIO;
   /** A super-block package's prefill function (T tokens a call, same weights and kept buffers). */
   readonly prefill?: PrefillFunction;
+  /** Every function of the package by family and bucket (see chainFunctions). */
+  readonly functions?: readonly ChainFunction[];
   /** The verify function of a chain with an MTP head (k + 1 rows a call, same weights). */
   readonly verify?: PrefillFunction;
+}
+
+/** The function families a runner calls: one token a call, and T tokens a call. */
+export const DECODE_FAMILY = "decode";
+export const PREFILL_FAMILY = "prefill";
+
+/** One function of a package: a family at one context bucket (ctx KV rows read), `tokens` a call. */
+export interface ChainFunction {
+  readonly family: string;
+  readonly ctx: number;
+  readonly function: string;
+  readonly tokens: number;
+  readonly io: ComponentIO;
+}
+
+/** The context buckets of a chain, ascending (model.json's `buckets`; [ctx] before buckets). */
+export function chainBuckets(m: Pick<ChainManifest, "ctx" | "buckets">): readonly number[] {
+  return m.buckets ?? [m.ctx];
+}
+
+/**
+ * A component's function table: model.json's `functions`, or (folders written before context
+ * buckets, and embed / lm_head) its `function` and `prefill` at the chain's ctx.
+ */
+export function chainFunctions(c: ChainManifestComponent, ctx: number): readonly ChainFunction[] {
+  if (c.functions) return c.functions;
+  const table: ChainFunction[] = [{ family: DECODE_FAMILY, ctx, function: c.function, tokens: 1, io: c.io }];
+  if (c.prefill) table.push({ family: PREFILL_FAMILY, ctx, ...c.prefill });
+  return table;
 }
 
 /** A package's batched function: `tokens` positions a call (see the protocol above). */
@@ -466,6 +553,23 @@ export function parseChainManifest(json: unknown, file = CHAIN_MANIFEST_FILE): C
           "convert again for another context length)",
         `components.${i}.io.ctx`,
       );
+    }
+  }
+  const buckets = chainBuckets(m);
+  if (buckets.some((b, i) => i > 0 && b <= buckets[i - 1]) || buckets.at(-1) !== m.ctx)
+    throw new ChainManifestError(
+      file,
+      `buckets [${buckets.join(", ")}] must ascend and end at ctx ${m.ctx}`,
+      "buckets",
+    );
+  for (const [i, c] of m.components.entries()) {
+    for (const [j, f] of (c.functions ?? []).entries()) {
+      if (!buckets.includes(f.ctx) || f.io.ctx !== f.ctx)
+        throw new ChainManifestError(
+          file,
+          `function ${f.function} is built for ${f.io.ctx} tokens, not one of the buckets [${buckets.join(", ")}]`,
+          `components.${i}.functions.${j}.ctx`,
+        );
     }
   }
   const badEos = m.tokenizer.eosTokenIds.find((id) => id >= m.model.vocabSize);

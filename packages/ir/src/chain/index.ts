@@ -9,8 +9,13 @@ export {
   CHAIN_FORMAT,
   CHAIN_FORMAT_VERSION,
   CHAIN_MANIFEST_FILE,
+  type ChainFunction,
   type ChainManifest,
   type ChainManifestComponent,
+  chainBuckets,
+  chainFunctions,
+  DECODE_FAMILY,
+  PREFILL_FAMILY,
   ChainManifestError,
   type LmHeadSplit,
   type PrefillFunction,
@@ -43,7 +48,7 @@ export {
   hiddenRow,
 } from "./protocol.js";
 export { MtpHead } from "./mtp-head.js";
-export { argmaxToken, ChainProtocolError, decodeMask, MASK_NEG } from "./contract.js";
+export { argmaxToken, ChainProtocolError, decodeMask, MASK_NEG, ringRow } from "./contract.js";
 export { type RopeSpec, ropeCosSin } from "./rope.js";
 
 // The buffers a component keeps between steps: the plan read off its roles, and the state holding them

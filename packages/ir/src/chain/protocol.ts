@@ -14,9 +14,11 @@ import {
   type ComponentIO,
   decodeMask,
   type IoTensor,
+  kvWriteBound,
   prefillChunkInputs,
   prefillMask,
   ringMask,
+  ringPrefillMask,
   ringRow,
 } from "./contract.js";
 import { ropeCosSin } from "./rope.js";
@@ -48,10 +50,16 @@ export interface ChainComponent {
 export interface ChainPrefill {
   readonly io: ComponentIO;
   readonly tokens: number;
+  /**
+   * The backend keeps only the `rows` KV rows a short chunk holds (io KV), so a chunk may end at
+   * the last cache row; without it all T rows are written (position + T must fit the cache).
+   */
+  readonly partialRows?: boolean;
   predict(
     inputs: Record<string, Tensor>,
     state: ChainComponentState | undefined,
     position: number,
+    rows?: number,
   ): Promise<Record<string, Tensor>>;
 }
 
@@ -322,9 +330,11 @@ export class ChainStepper {
   }
 
   /**
-   * Runs up to prefillTokens tokens at positions [position, position + n) through every
+   * Runs n ≤ prefillTokens tokens at positions [position, position + n) through every
    * super-block's prefill function, one call each (a short chunk is masked and its hidden rows
-   * padded with copies of the last one — hiddenRows — never with tokens); the lm_head runs for the last token when `withHead`. Needs position + T ≤ ctx.
+   * padded with copies of the last one — hiddenRows — never with tokens); the lm_head runs for the
+   * last token when `withHead`. The chunk's KV rows must fit the cache without wrapping (ring KV:
+   * rows ringRow(position) … + n − 1 below ctx; see canPrefill).
    */
   async prefill(tokens: readonly number[], position: number, withHead: boolean): Promise<ChainPrefillResult> {
     const T = this.prefillTokens;
@@ -366,6 +376,7 @@ export class ChainStepper {
     for (const s of this.blocks) {
       const p = s[which] as BlockFunction;
       const io = p.f.io;
+      const row = this.ring ? ringRow(io.ctx, this.ring.sinks, position) : position;
       const inputs: Record<string, Tensor> = {};
       let chunk: ReturnType<typeof prefillChunkInputs> | undefined;
       const chunkInputs = () => {
@@ -376,14 +387,21 @@ export class ChainStepper {
       for (const t of p.inputs) {
         const role = t.role;
         if (role.kind === "hidden_in") inputs[t.name] = hidden;
-        else if (role.kind === "position") inputs[t.name] = tensor("i32", t.shape, Int32Array.of(position));
+        else if (role.kind === "position") inputs[t.name] = tensor("i32", t.shape, Int32Array.of(row));
+        else if (role.kind === "kv_write") inputs[t.name] = tensor("i32", t.shape, kvWriteBound(role, row));
         else if (role.kind === "rope") {
           const { cos, sin } = ropeCosSin(
             role,
             Array.from({ length: T }, (_, i) => position + i),
           );
           inputs[t.name] = floatTensor(t, role.part === "cos" ? cos : sin);
-        } else if (role.kind === "mask") inputs[t.name] = floatTensor(t, prefillMask(io.ctx, T, position));
+        } else if (role.kind === "mask")
+          inputs[t.name] = floatTensor(
+            t,
+            this.ring
+              ? ringPrefillMask(io.ctx, this.ring.sinks, T, position)
+              : prefillMask(io.ctx, T, position, n),
+          );
         else if (role.kind === "valid") inputs[t.name] = floatTensor(t, chunkInputs().valid);
         else if (role.kind === "conv_pick") inputs[t.name] = floatTensor(t, chunkInputs().convPick);
         else if (role.kind === "row_select") inputs[t.name] = this.selectInput(t);
@@ -393,7 +411,7 @@ export class ChainStepper {
             `${which} input ${t.name} (role ${role.kind}) is not the host's to feed`,
           );
       }
-      const r = await p.f.predict(inputs, s.state, position);
+      const r = await p.f.predict(inputs, s.state, row, n);
       const v = r[p.hiddenOut.name];
       if (!v)
         throw new ChainProtocolError(s.c.name, `the ${which} function did not return ${p.hiddenOut.name}`);
@@ -402,6 +420,38 @@ export class ChainStepper {
     }
     if (which === "prefill") this.selection = 0;
     return hiddens;
+  }
+
+  /**
+   * True when some super-block's prefill function writes all T io KV rows of every chunk (a
+   * backend without partialRows): a chunk then needs T free cache rows, not just its own.
+   */
+  get writesWholeChunks(): boolean {
+    return this.blocks.some((s) => {
+      const f = s.prefill?.f;
+      return f !== undefined && !f.partialRows && f.io.outputs.some((t) => t.role.kind === "kv_new");
+    });
+  }
+
+  /**
+   * Whether a chunk of n tokens at `position` can run through prefill() without touching KV rows
+   * it must not: its rows stay inside the cache without wrapping, and where every T rows are
+   * written (mlstate KV, or a backend without partialRows) they stay inside the KV store and,
+   * with ring KV past ctx, the chunk is full (its T rows replace only tokens that left the window).
+   */
+  canPrefill(position: number, n: number): boolean {
+    const T = this.prefillTokens;
+    if (T === undefined || n < 1 || n > T) return false;
+    return this.blocks.every((s) => {
+      const f = (s.prefill as NonNullable<Block["prefill"]>).f;
+      const ctx = f.io.ctx;
+      const row = this.ring ? ringRow(ctx, this.ring.sinks, position) : position;
+      if (row + n > ctx) return false;
+      const kv = f.io.states.find((t) => t.role.kind === "kv_state");
+      if (!kv && f.partialRows) return true;
+      if (this.ring !== undefined && position >= ctx && n < T) return false;
+      return row + T <= (kv ? kv.shape[2] : ctx);
+    });
   }
 
   /** The lm_head on one hidden row [1, D, 1, 1] (through its verify function with headRows). */
@@ -459,6 +509,7 @@ export class ChainStepper {
         else if (role.kind === "position")
           // host RoPE: the mlstate KV row; older packages also gather RoPE by it (positionLimit)
           inputs[t.name] = tensor("i32", t.shape, Int32Array.of(s.hostRope ? row : position));
+        else if (role.kind === "kv_write") inputs[t.name] = tensor("i32", t.shape, kvWriteBound(role, row));
         else if (role.kind === "rope") {
           // RoPE by the token's own position, wherever its KV row is
           const { cos, sin } = ropeCosSin(role, [position]);

@@ -44,6 +44,7 @@ const HOST_INPUTS = new Set([
   "mask",
   "valid",
   "conv_pick",
+  "kv_write",
   "row_select",
   "embedding",
   "normed",
@@ -124,17 +125,21 @@ function zeros(t: IoTensor): Tensor {
   return tensor(t.dtype === "fp16" ? "f16" : "f32", t.shape);
 }
 
-/** Writes `rows` ([1, H, T, d]) into `cache` ([1, H, ctx, d]) from row `position`, converting the dtype. */
-export function writeRows(cache: Tensor, rows: Tensor, position: number): number {
+/**
+ * Writes `rows` ([1, H, T, d]; its first `count` rows, default all) into `cache` ([1, H, ctx, d])
+ * from row `position`, converting the dtype.
+ */
+export function writeRows(cache: Tensor, rows: Tensor, position: number, count?: number): number {
   const [, heads, ctx, d] = cache.shape;
-  const t = rows.shape[KV_ROW_AXIS];
+  const T = rows.shape[KV_ROW_AXIS];
+  const t = count ?? T;
   if (position < 0 || position + t > ctx) {
     throw new RangeError(`rows [${position}, ${position + t}) are outside the cache's ${ctx} rows`);
   }
   const src = toFloat32(rows.dtype, rows.data);
   for (let h = 0; h < heads; h++) {
     const base = (h * ctx + position) * d;
-    const from = h * t * d;
+    const from = h * T * d;
     if (cache.dtype === "f16") {
       const dst = cache.data as Uint16Array;
       for (let i = 0; i < t * d; i++) dst[base + i] = f32ToF16Bits(src[from + i]);
@@ -273,11 +278,13 @@ export class HostState<Core = undefined> implements ChainComponentState {
 
   /**
    * Keeps the state outputs of a step at `position` and returns the others, with the bytes copied
-   * to keep them (the rows written into caches; carried outputs move without a copy).
+   * to keep them (the rows written into caches, the first `rows` of them when given; carried
+   * outputs move without a copy).
    */
   keep(
     outputs: Record<string, Tensor>,
     position: number | undefined,
+    rows?: number,
   ): { outputs: Record<string, Tensor>; copied: number } {
     const rest: Record<string, Tensor> = { ...outputs };
     let copied = 0;
@@ -296,7 +303,7 @@ export class HostState<Core = undefined> implements ChainComponentState {
     for (const b of this.plan.rowWritten) {
       if (position === undefined)
         throw new ChainProtocolError(this.plan.component, `${b.output.name} needs the step's position`);
-      copied += writeRows(this.buffers.get(b.input.name) as Tensor, take(b.output), position);
+      copied += writeRows(this.buffers.get(b.input.name) as Tensor, take(b.output), position, rows);
     }
     return { outputs: rest, copied };
   }
