@@ -41,6 +41,55 @@ const post = (url: string, body: unknown) =>
     body: JSON.stringify(body),
   });
 
+/**
+ * Starts `launch -n 2 -- serve <models> --dtype float32` on 127.0.0.1 and waits until `ready` holds
+ * for what it printed so far; `out` keeps collecting after that.
+ */
+async function launchServe(models: string[], ready: (stdout: string, stderr: string) => boolean) {
+  const port = await freePortPair();
+  const child = spawn(
+    process.execPath,
+    [
+      CLI,
+      "launch",
+      "--hosts",
+      "127.0.0.1",
+      "-n",
+      "2",
+      "--starting-port",
+      String(port),
+      "--",
+      "serve",
+      ...models,
+      "--dtype",
+      "float32",
+      "--port",
+      "0",
+      // loading the ranks takes a while on a loaded machine
+      "--join-timeout",
+      String(timeLimit(60_000) / 1000),
+    ],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  launcher = child;
+  const out = { stdout: "", stderr: "" };
+  child.stdout!.on("data", (d) => (out.stdout += d));
+  child.stderr!.on("data", (d) => (out.stderr += d));
+  const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+  await new Promise<void>((ok, fail) => {
+    const timer = setInterval(() => {
+      if (!ready(out.stdout, out.stderr)) return;
+      clearInterval(timer);
+      ok();
+    }, 20);
+    exited.then(() => {
+      clearInterval(timer);
+      fail(new Error(`launch exited: ${out.stderr}`));
+    });
+  });
+  return { child, out, exited };
+}
+
 describe("anemll-qwen35 launch -- serve", () => {
   it(
     "serves a model split across 2 ranks; a rank killed mid-generation: error, then 503 for it, the other model still answers",
@@ -63,54 +112,16 @@ describe("anemll-qwen35 launch -- serve", () => {
       );
       expect(single.code, single.stderr).toBe(0);
 
-      const port = await freePortPair();
-      launcher = spawn(
-        process.execPath,
-        [
-          CLI,
-          "launch",
-          "--hosts",
-          "127.0.0.1",
-          "-n",
-          "2",
-          "--starting-port",
-          String(port),
-          "--",
-          "serve",
-          "--model",
-          `big=mlx:${big}`,
-          "--model",
-          `small=mlx:${FIXTURES}/tiny-gqa`,
-          "--split",
-          "big",
-          "--dtype",
-          "float32",
-          "--port",
-          "0",
-          // loading the ranks takes a while on a loaded machine
-          "--join-timeout",
-          String(timeLimit(60_000) / 1000),
-        ],
-        { stdio: ["ignore", "pipe", "pipe"] },
+      const urlLine = /serving the OpenAI API at (http:\/\/[\d.:]+)\/v1/;
+      const { child, out, exited } = await launchServe(
+        ["--model", `big=mlx:${big}`, "--model", `small=mlx:${FIXTURES}/tiny-gqa`, "--split", "big"],
+        // the model lines follow the URL, maybe in a later chunk
+        (stdout, stderr) =>
+          urlLine.test(stdout) && /\n {2}small · /.test(stdout) && /\[rank 1\] rank 1 \(pid/.test(stderr),
       );
-      let stdout = "";
-      let stderr = "";
-      launcher.stdout!.on("data", (d) => (stdout += d));
-      launcher.stderr!.on("data", (d) => (stderr += d));
-      const exited = new Promise<number | null>((r) => launcher!.on("exit", (code) => r(code)));
-      const url = await new Promise<string>((ok, fail) => {
-        const timer = setInterval(() => {
-          const m = /serving the OpenAI API at (http:\/\/[\d.:]+)\/v1/.exec(stdout);
-          // the model lines follow the URL, maybe in a later chunk
-          if (m && /\n {2}small · /.test(stdout) && /\[rank 1\] rank 1 \(pid/.test(stderr)) {
-            clearInterval(timer);
-            ok(m[1]);
-          }
-        }, 20);
-        exited.then(() => fail(new Error(`launch exited: ${stderr}`)));
-      });
-      expect(stdout).toMatch(/big · mlx \(float32, 2 ranks: layers 0-3 \| 4-7\)/);
-      const rank1 = Number(/\[rank 1\] rank 1 \(pid (\d+)\): layers 4-7 of big loaded/.exec(stderr)?.[1]);
+      const url = urlLine.exec(out.stdout)![1];
+      expect(out.stdout).toMatch(/big · mlx \(float32, 2 ranks: layers 0-3 \| 4-7\)/);
+      const rank1 = Number(/\[rank 1\] rank 1 \(pid (\d+)\): layers 4-7 of big loaded/.exec(out.stderr)?.[1]);
       expect(rank1).toBeGreaterThan(0);
 
       // split across the ranks, the same greedy text as one process
@@ -147,9 +158,11 @@ describe("anemll-qwen35 launch -- serve", () => {
       expect(other.status).toBe(200);
       const health = (await fetch(`${url}/health`).then((r) => r.json())) as Json;
       expect(health.status).toBe("degraded");
-      expect(stderr).toMatch(/\[launch\] rank 1 \(127\.0\.0\.1\) was killed \(SIGKILL\): the ring is broken/);
+      expect(out.stderr).toMatch(
+        /\[launch\] rank 1 \(127\.0\.0\.1\) was killed \(SIGKILL\): the ring is broken/,
+      );
 
-      launcher.kill("SIGINT");
+      child.kill("SIGINT");
       expect(await exited).toBe(0);
     },
     timeLimit(120_000),
@@ -159,54 +172,17 @@ describe("anemll-qwen35 launch -- serve", () => {
     "ranks stop when the launcher is killed with SIGKILL (they read the end of its pipe)",
     async (t) => {
       if (!(await mlxOrSkip(t))) return;
-      const port = await freePortPair();
-      launcher = spawn(
-        process.execPath,
-        [
-          CLI,
-          "launch",
-          "--hosts",
-          "127.0.0.1",
-          "-n",
-          "2",
-          "--starting-port",
-          String(port),
-          "--",
-          "serve",
-          "--model",
-          `big=mlx:${FIXTURES}/tiny-moe`,
-          "--split",
-          "big",
-          "--dtype",
-          "float32",
-          "--port",
-          "0",
-          // loading the ranks takes a while on a loaded machine
-          "--join-timeout",
-          String(timeLimit(60_000) / 1000),
-        ],
-        { stdio: ["ignore", "pipe", "pipe"] },
+      const { child, exited } = await launchServe(
+        ["--model", `big=mlx:${FIXTURES}/tiny-moe`, "--split", "big"],
+        (stdout, stderr) =>
+          /serving the OpenAI API at/.test(stdout) && /\[rank 1\] rank 1 \(pid/.test(stderr),
       );
-      let stdout = "";
-      let stderr = "";
-      launcher.stdout!.on("data", (d) => (stdout += d));
-      launcher.stderr!.on("data", (d) => (stderr += d));
-      const exited = new Promise<void>((r) => launcher!.on("exit", () => r()));
-      await new Promise<void>((ok, fail) => {
-        const timer = setInterval(() => {
-          if (/serving the OpenAI API at/.test(stdout) && /\[rank 1\] rank 1 \(pid/.test(stderr)) {
-            clearInterval(timer);
-            ok();
-          }
-        }, 20);
-        exited.then(() => fail(new Error(`launch exited: ${stderr}`)));
-      });
-      const ranks = execFileSync("pgrep", ["-P", String(launcher.pid)], { encoding: "utf8" })
+      const ranks = execFileSync("pgrep", ["-P", String(child.pid)], { encoding: "utf8" })
         .split("\n")
         .filter(Boolean)
         .map(Number);
       expect(ranks).toHaveLength(2);
-      launcher.kill("SIGKILL");
+      child.kill("SIGKILL");
       await exited;
       const alive = (pid: number) => {
         try {

@@ -417,36 +417,25 @@ function resolve(o: SamplingOptions): Resolved {
     penaltyLastN: o.penaltyLastN ?? 64,
     seed: o.seed ?? randomSeed(),
   };
-  check(
-    "temperature",
-    r.temperature,
-    Number.isFinite(r.temperature) && r.temperature >= 0,
-    "a finite number >= 0",
-  );
-  check("topK", r.topK, Number.isInteger(r.topK) && r.topK >= 0, "an integer >= 0");
-  check("topP", r.topP, r.topP > 0 && r.topP <= 1, "in (0, 1]");
-  check("minP", r.minP, r.minP >= 0 && r.minP < 1, "in [0, 1)");
-  check(
-    "repetitionPenalty",
-    r.repetitionPenalty,
-    Number.isFinite(r.repetitionPenalty) && r.repetitionPenalty > 0,
-    "a finite number > 0",
-  );
-  check("presencePenalty", r.presencePenalty, Number.isFinite(r.presencePenalty), "a finite number");
-  check("frequencyPenalty", r.frequencyPenalty, Number.isFinite(r.frequencyPenalty), "a finite number");
-  check(
-    "penaltyLastN",
-    r.penaltyLastN,
-    Number.isInteger(r.penaltyLastN) && r.penaltyLastN >= 0,
-    "an integer >= 0",
-  );
-  check("seed", r.seed, Number.isSafeInteger(r.seed) && r.seed >= 0, "a non-negative safe integer");
+  for (const [field, ok, expected] of RULES) {
+    const value = r[field];
+    if (!ok(value)) throw new InvalidArgumentError(`sampling.${field} must be ${expected}, got ${value}`);
+  }
   return r;
 }
 
-function check(field: string, value: number, ok: boolean, expected: string): void {
-  if (!ok) throw new InvalidArgumentError(`sampling.${field} must be ${expected}, got ${value}`);
-}
+/** What each resolved sampling field must satisfy, and how the error says so. */
+const RULES: [keyof Resolved, (v: number) => boolean, string][] = [
+  ["temperature", (v) => Number.isFinite(v) && v >= 0, "a finite number >= 0"],
+  ["topK", (v) => Number.isInteger(v) && v >= 0, "an integer >= 0"],
+  ["topP", (v) => v > 0 && v <= 1, "in (0, 1]"],
+  ["minP", (v) => v >= 0 && v < 1, "in [0, 1)"],
+  ["repetitionPenalty", (v) => Number.isFinite(v) && v > 0, "a finite number > 0"],
+  ["presencePenalty", Number.isFinite, "a finite number"],
+  ["frequencyPenalty", Number.isFinite, "a finite number"],
+  ["penaltyLastN", (v) => Number.isInteger(v) && v >= 0, "an integer >= 0"],
+  ["seed", (v) => Number.isSafeInteger(v) && v >= 0, "a non-negative safe integer"],
+];
 
 function randomSeed(): number {
   return crypto.getRandomValues(new Uint32Array(1))[0];

@@ -75,6 +75,29 @@ class RandomModel implements StepModel {
   }
 }
 
+/** A RandomModel that first says `script` (one token a step, again after reset), then knows nothing. */
+function scriptedRandomModel(script: ArrayLike<number>, seed: number): StepModel {
+  const rnd = new RandomModel(4096, seed);
+  let step = 0;
+  const next = async (): Promise<StepOutput> => {
+    const out = (await rnd.decode()) as { logits: Float32Array };
+    if (step < script.length) out.logits[script[step]] = 100;
+    step++;
+    return out;
+  };
+  return {
+    contextLength: 4096,
+    outputKind: "logits",
+    position: 0,
+    reset: () => {
+      step = 0;
+    },
+    prefill: () => next(),
+    decode: () => next(),
+    dispose: () => {},
+  };
+}
+
 let tok: Tokenizer;
 beforeAll(async () => {
   tok = await loadTokenizer(TINY_TRAINED);
@@ -217,26 +240,8 @@ describe("jsonSchema: every output validates (random model, 8 seeds per schema)"
 describe("thinking", () => {
   it("leaves thinking unmasked and constrains what follows </think>", async () => {
     const thinking = tok.encode("Let me see.\n</think>\n\n");
-    const rnd = new RandomModel(4096, 9);
     // thinks in plain words (no JSON), then knows nothing
-    let step = 0;
-    const model: StepModel = {
-      contextLength: 4096,
-      outputKind: "logits",
-      position: 0,
-      reset: () => {
-        step = 0;
-      },
-      prefill: async () => next(),
-      decode: async () => next(),
-      dispose: () => {},
-    };
-    const next = async (): Promise<StepOutput> => {
-      const out = (await rnd.decode()) as { logits: Float32Array };
-      if (step < thinking.length) out.logits[thinking[step]] = 100;
-      step++;
-      return out;
-    };
+    const model = scriptedRandomModel(thinking, 9);
     const schema = {
       type: "object",
       properties: { n: { type: "integer", minimum: 1, maximum: 3 } },
@@ -355,26 +360,7 @@ describe("tool calls in Qwen3.5's XML format", () => {
     // a model that starts a call after a few words, then knows nothing
     const start = tok.encode("Sure.\n\n<tool_call>");
     for (let seed = 1; seed <= 4; seed++) {
-      const rnd = new RandomModel(4096, seed);
-      let step = 0;
-      const next = async (): Promise<StepOutput> => {
-        const out = (await rnd.decode()) as { logits: Float32Array };
-        if (step < start.length) out.logits[start[step]] = 100;
-        step++;
-        return out;
-      };
-      const model: StepModel = {
-        contextLength: 4096,
-        outputKind: "logits",
-        position: 0,
-        reset: () => {
-          step = 0;
-        },
-        prefill: () => next(),
-        decode: () => next(),
-        dispose: () => {},
-      };
-      const r = await generate(model, tok, {
+      const r = await generate(scriptedRandomModel(start, seed), tok, {
         messages: [{ role: "user", content: "weather?" }],
         tools: TOOLS,
         maxTokens: 300,

@@ -20,6 +20,17 @@ afterAll(async () => {
   await rm(scratch, { recursive: true, force: true });
 });
 
+/** A scratch folder `name` holding `files` (file name → contents). */
+async function folder(name: string, files: Record<string, string> = {}): Promise<string> {
+  const dir = join(scratch, name);
+  await mkdir(dir, { recursive: true });
+  for (const [file, text] of Object.entries(files)) await writeFile(join(dir, file), text);
+  return dir;
+}
+const fixtureJson = () => readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8");
+/** What loading `dir` throws. */
+const loadError = (dir: string) => loadTokenizer(dir).catch((e: unknown) => e);
+
 describe("loadTokenizer on the Qwen3.5-format fixture", () => {
   it("encodes the probe strings to the ids Hugging Face tokenizers (Python) produced", () => {
     const { probes } = chatCases();
@@ -75,7 +86,7 @@ describe("loadTokenizer on the Qwen3.5-format fixture", () => {
 
 describe("Tokenizer.fromJSON", () => {
   it("merges added tokens that only tokenizer_config.json lists (Qwen3.5 keeps 7 of 33 there)", async () => {
-    const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
+    const json = JSON.parse(await fixtureJson());
     const config = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer_config.json"), "utf8"));
     json.added_tokens = json.added_tokens.filter((t: { id: number }) => t.id < SPECIAL_BASE + 26);
     const t = Tokenizer.fromJSON(json, config);
@@ -90,7 +101,7 @@ describe("Tokenizer.fromJSON", () => {
   });
 
   it("accepts chat_template as a string or a named list in tokenizer_config", async () => {
-    const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
+    const json = JSON.parse(await fixtureJson());
     expect(Tokenizer.fromJSON(json, { chat_template: "A{{ messages[0].content }}" }).chatTemplateSource).toBe(
       "A{{ messages[0].content }}",
     );
@@ -107,7 +118,7 @@ describe("Tokenizer.fromJSON", () => {
 
 describe("tokenizer file errors name the file", () => {
   it("a tokenizer.json the library only fails on when encoding (found by the reader fuzz test)", async () => {
-    const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
+    const json = JSON.parse(await fixtureJson());
     json.pre_tokenizer.pretokenizers[0].behavior = [];
     expect(() => Tokenizer.fromJSON(json, {}, { source: "/m/tokenizer.json" })).toThrow(
       /\/m\/tokenizer\.json: could not build the tokenizer: .*toLowerCase/,
@@ -115,7 +126,7 @@ describe("tokenizer file errors name the file", () => {
   });
 
   it("an empty vocabulary (every prompt would encode to nothing)", async () => {
-    const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
+    const json = JSON.parse(await fixtureJson());
     json.model.vocab = {};
     expect(() => Tokenizer.fromJSON(json, {}, { source: "/m/tokenizer.json" })).toThrow(
       /\/m\/tokenizer\.json: "model\.vocab" is empty/,
@@ -123,7 +134,7 @@ describe("tokenizer file errors name the file", () => {
   });
 
   it('a merges entry that is not a pair of tokens is named (the library said "x.split is not a function")', async () => {
-    const json = JSON.parse(await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8"));
+    const json = JSON.parse(await fixtureJson());
     const cases: [unknown, RegExp][] = [
       [7, /model\.merges\[5\] must be a pair of tokens \("a b" or \["a", "b"\]\), got 7$/],
       [{ a: 1 }, /model\.merges\[5\] .* got \{"a":1\}$/],
@@ -143,63 +154,53 @@ describe("tokenizer file errors name the file", () => {
   });
 
   it("missing tokenizer.json", async () => {
-    const dir = join(scratch, "empty");
-    await mkdir(dir, { recursive: true });
-    const err = await loadTokenizer(dir).catch((e: unknown) => e);
+    const dir = await folder("empty");
+    const err = await loadError(dir);
     expect(err).toBeInstanceOf(MissingTokenizerFileError);
     expect((err as MissingTokenizerFileError).file).toBe(join(dir, "tokenizer.json"));
     expect((err as Error).message).toContain("tokenizer.json");
   });
 
   it("tokenizer.json that is not JSON", async () => {
-    const dir = join(scratch, "badjson");
-    await mkdir(dir, { recursive: true });
-    await writeFile(join(dir, "tokenizer.json"), '{"model": ');
-    const err = await loadTokenizer(dir).catch((e: unknown) => e);
+    const dir = await folder("badjson", { "tokenizer.json": '{"model": ' });
+    const err = await loadError(dir);
     expect(err).toBeInstanceOf(MalformedTokenizerFileError);
     expect((err as MalformedTokenizerFileError).file).toBe(join(dir, "tokenizer.json"));
     expect((err as Error).message).toMatch(/not valid JSON/);
   });
 
   it("tokenizer.json without a model vocabulary", async () => {
-    const dir = join(scratch, "novocab");
-    await mkdir(dir, { recursive: true });
-    await writeFile(join(dir, "tokenizer.json"), JSON.stringify({ model: { type: "BPE" } }));
-    const err = await loadTokenizer(dir).catch((e: unknown) => e);
+    const dir = await folder("novocab", { "tokenizer.json": JSON.stringify({ model: { type: "BPE" } }) });
+    const err = await loadError(dir);
     expect(err).toBeInstanceOf(MalformedTokenizerFileError);
     expect((err as Error).message).toContain("model.vocab");
   });
 
   it("tokenizer_config.json that is malformed, or names an unknown eos_token", async () => {
-    const json = await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8");
-    const dir = join(scratch, "badconfig");
-    await mkdir(dir, { recursive: true });
-    await writeFile(join(dir, "tokenizer.json"), json);
-    await writeFile(join(dir, "tokenizer_config.json"), "[1,2");
-    let err = await loadTokenizer(dir).catch((e: unknown) => e);
+    const dir = await folder("badconfig", {
+      "tokenizer.json": await fixtureJson(),
+      "tokenizer_config.json": "[1,2",
+    });
+    let err = await loadError(dir);
     expect(err).toBeInstanceOf(MalformedTokenizerFileError);
     expect((err as MalformedTokenizerFileError).file).toBe(join(dir, "tokenizer_config.json"));
 
     await writeFile(join(dir, "tokenizer_config.json"), JSON.stringify({ eos_token: "<|missing|>" }));
-    err = await loadTokenizer(dir).catch((e: unknown) => e);
+    err = await loadError(dir);
     expect(err).toBeInstanceOf(MalformedTokenizerFileError);
     expect((err as Error).message).toContain("<|missing|>");
   });
 
   it("generation_config.json eos ids join the EOS set; a bad one is named", async () => {
-    const json = await readFile(join(FIXTURE_TOKENIZER_DIR, "tokenizer.json"), "utf8");
-    const dir = join(scratch, "genconfig");
-    await mkdir(dir, { recursive: true });
-    await writeFile(join(dir, "tokenizer.json"), json);
-    await writeFile(
-      join(dir, "generation_config.json"),
-      JSON.stringify({ eos_token_id: [SPECIAL_BASE, SPECIAL_BASE + 2] }),
-    );
+    const dir = await folder("genconfig", {
+      "tokenizer.json": await fixtureJson(),
+      "generation_config.json": JSON.stringify({ eos_token_id: [SPECIAL_BASE, SPECIAL_BASE + 2] }),
+    });
     const t = await loadTokenizer(dir);
     expect([...t.eosTokenIds].sort()).toEqual([SPECIAL_BASE, SPECIAL_BASE + 2]);
 
     await writeFile(join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: "x" }));
-    const err = await loadTokenizer(dir).catch((e: unknown) => e);
+    const err = await loadError(dir);
     expect(err).toBeInstanceOf(MalformedTokenizerFileError);
     expect((err as MalformedTokenizerFileError).file).toBe(join(dir, "generation_config.json"));
   });

@@ -37,12 +37,23 @@ async function chain(): Promise<{ dir: string; manifest: ChainManifest; blob: st
   return { dir, manifest, blob: join(weights, readdirSync(weights)[0]) };
 }
 
+/** Checks a chain folder against its manifest with the digest cache at `cacheFile`, recording hashes and warnings. */
+function verifier({ dir, manifest }: { dir: string; manifest: ChainManifest }, cacheFile: string) {
+  const hashed: string[] = [];
+  const warnings: string[] = [];
+  const verify = () =>
+    verifyChainPackages(dir, manifest, {
+      cacheFile,
+      onHash: (c) => hashed.push(c),
+      onWarning: (m) => warnings.push(m),
+    });
+  return { verify, hashed, warnings };
+}
+
 describe("the digest cache", () => {
   it("a weight byte flipped and its mtime restored with `touch -r` is caught, naming the file and the sha256", async () => {
     const { dir, manifest, blob } = await chain();
-    const cacheFile = join(work, "cache-touch", "digests.json");
-    const hashed: string[] = [];
-    const verify = () => verifyChainPackages(dir, manifest, { cacheFile, onHash: (c) => hashed.push(c) });
+    const { verify, hashed } = verifier({ dir, manifest }, join(work, "cache-touch", "digests.json"));
     await verify();
     await verify();
     expect(hashed).toEqual(["sb"]); // the second load used the cache
@@ -69,17 +80,9 @@ describe("the digest cache", () => {
   });
 
   it("is made 0700 (folder) and 0600 (file), and ignored, saying so, when group or others may write it", async () => {
-    const { dir, manifest } = await chain();
     const folder = join(work, "cache-modes");
     const cacheFile = join(folder, "digests.json");
-    const hashed: string[] = [];
-    const warnings: string[] = [];
-    const verify = () =>
-      verifyChainPackages(dir, manifest, {
-        cacheFile,
-        onHash: (c) => hashed.push(c),
-        onWarning: (m) => warnings.push(m),
-      });
+    const { verify, hashed, warnings } = verifier(await chain(), cacheFile);
     await verify();
     expect(statSync(folder).mode & 0o777).toBe(0o700);
     expect(statSync(cacheFile).mode & 0o777).toBe(0o600);
@@ -107,16 +110,8 @@ describe("the digest cache", () => {
   it.runIf(process.getuid?.() === 0)(
     "ignores a cache file owned by another user (needs root to chown; skipped otherwise)",
     async () => {
-      const { dir, manifest } = await chain();
       const cacheFile = join(work, "cache-owner", "digests.json");
-      const hashed: string[] = [];
-      const warnings: string[] = [];
-      const verify = () =>
-        verifyChainPackages(dir, manifest, {
-          cacheFile,
-          onHash: (c) => hashed.push(c),
-          onWarning: (m) => warnings.push(m),
-        });
+      const { verify, hashed, warnings } = verifier(await chain(), cacheFile);
       await verify();
       chownSync(cacheFile, 65534, 65534);
       await verify();

@@ -30,8 +30,16 @@ const CASE_MS = timeLimit(5000);
 
 const FIXTURES = resolve(__dirname, "../../../fixtures");
 const TINY = join(FIXTURES, "tiny-tied");
+const TOKENIZER = join(FIXTURES, "tokenizer");
 const work = mkdtempSync(join(tmpdir(), "fuzz-readers-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+/** An empty folder `name` in the work folder. */
+function workDir(name: string): string {
+  const dir = join(work, name);
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
 
 // --- mutations ----------------------------------------------------------------------------------
 
@@ -308,12 +316,10 @@ describe(`reader fuzz (seed ${SEED}, ${RUNS} cases per reader)`, () => {
   it(
     "tokenizer files (tokenizer.json, tokenizer_config.json, the chat template)",
     async () => {
-      const src = join(FIXTURES, "tokenizer");
-      const dir = join(work, "tokenizer");
-      mkdirSync(dir, { recursive: true });
+      const dir = workDir("tokenizer");
       const files = ["tokenizer.json", "tokenizer_config.json"] as const;
-      const texts = Object.fromEntries(files.map((f) => [f, readFileSync(join(src, f), "utf8")]));
-      const template = readFileSync(join(src, "chat_template.jinja"));
+      const texts = Object.fromEntries(files.map((f) => [f, readFileSync(join(TOKENIZER, f), "utf8")]));
+      const template = readFileSync(join(TOKENIZER, "chat_template.jinja"));
       // @huggingface/tokenizers warns on the console about configs it does not know; that is expected here
       vi.spyOn(console, "warn").mockImplementation(() => {});
       vi.spyOn(console, "error").mockImplementation(() => {});
@@ -322,8 +328,7 @@ describe(`reader fuzz (seed ${SEED}, ${RUNS} cases per reader)`, () => {
         byteOps(64).map((ops) => ({ file: "chat_template.jinja" as const, ops })),
       );
       await fuzz("tokenizer", part, async (p) => {
-        for (const f of files) copyFileSync(join(src, f), join(dir, f));
-        copyFileSync(join(src, "chat_template.jinja"), join(dir, "chat_template.jinja"));
+        for (const f of [...files, "chat_template.jinja"]) copyFileSync(join(TOKENIZER, f), join(dir, f));
         if ("m" in p) writeFileSync(join(dir, p.file), mutateJsonText(texts[p.file], p.m));
         else writeFileSync(join(dir, p.file), applyBytes(template, p.ops));
         const tok = await loadTokenizer(dir);
@@ -339,10 +344,8 @@ describe(`reader fuzz (seed ${SEED}, ${RUNS} cases per reader)`, () => {
   it(
     "tokenizer.json's BPE merges (entries replaced by hostile values): refused naming the entry",
     async () => {
-      const src = join(FIXTURES, "tokenizer");
-      const dir = join(work, "merges");
-      mkdirSync(dir, { recursive: true });
-      const json = JSON.parse(readFileSync(join(src, "tokenizer.json"), "utf8"));
+      const dir = workDir("merges");
+      const json = JSON.parse(readFileSync(join(TOKENIZER, "tokenizer.json"), "utf8"));
       const count = json.model.merges.length;
       vi.spyOn(console, "warn").mockImplementation(() => {});
       const edits = fc.array(

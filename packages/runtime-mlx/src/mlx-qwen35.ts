@@ -756,17 +756,16 @@ export class MlxQwen35 implements SpeculativeStepModel, AsyncDisposable {
 
   /** Builds one decode step for `token` ([1, 1] int) from the committed state; commits its state. */
   private step(token: MxArray): StepArrays {
-    const r = this.forwardStep(token, "last");
+    const r = this.lastStep(token);
     token.dispose();
     this.commit(r.gdn, 1, r.pending);
-    return {
-      logits: r.logits!,
-      argmax: r.argmax!,
-      gdn: r.gdn,
-      sent: r.sent,
-      pending: r.pending,
-      head: r.head,
-    };
+    return r;
+  }
+
+  /** forwardStep for one token with the last row's logits, which (with their argmax) it then has. */
+  private lastStep(token: MxArray): StepArrays {
+    const r = this.forwardStep(token, "last");
+    return { ...r, logits: r.logits!, argmax: r.argmax! };
   }
 
   /**
@@ -806,15 +805,7 @@ export class MlxQwen35 implements SpeculativeStepModel, AsyncDisposable {
     const ranks = this.options.ranks;
     const reshape = () => mx.keep(mx.reshape(step.argmax, [1, 1]));
     const token = ranks ? ranks.group.run(reshape) : reshape();
-    const r = mx.keep(this.forwardStep(token, "last"));
-    const spec = {
-      logits: r.logits!,
-      argmax: r.argmax!,
-      gdn: r.gdn,
-      sent: r.sent,
-      pending: r.pending,
-      head: r.head,
-    };
+    const spec = mx.keep(this.lastStep(token));
     const done = this.evaluate([spec.logits, spec.argmax, ...spec.sent, ...spec.head], "decode");
     done.catch(() => {}); // a failure surfaces when (if) the step is adopted
     this.spec = { token, ...spec, done };

@@ -78,6 +78,17 @@ function f32(a: MxArray): number[] {
   return Array.from(mx.toFloat32Array(a));
 }
 
+/** A fused step's y and state against the reference loop's, within `atol`. */
+function expectGdn(
+  out: { y: MxArray; state: MxArray },
+  ref: { y: Float64Array; state: Float64Array },
+  atol: number,
+  what: string,
+): void {
+  expectClose(f32(out.y), ref.y, { atol, label: `y, ${what}` });
+  expectClose(f32(out.state), ref.state, { atol, label: `state, ${what}` });
+}
+
 function bf16Round(x: Float32Array): Float32Array {
   return mx.tidy(() => mx.toFloat32Array(mx.astype(mx.array(x), "bfloat16")));
 }
@@ -102,13 +113,11 @@ describeMlx("fused Qwen3.5 steps (mx::compile) vs TypeScript reference loops", (
     expect(out.y.shape).toEqual([2, 3, 6]);
     expect(out.state.shape).toEqual([2, 3, 6, 8]);
     const ref = referenceGdn(d, q, k, v, g, beta, s0);
-    expectClose(f32(out.y), ref.y, { atol: 1e-5, label: "y" });
-    expectClose(f32(out.state), ref.state, { atol: 1e-5, label: "state" });
+    expectGdn(out, ref, 1e-5, "scalar g");
 
     const vec = mx.gatedDeltaStep(...args, mk(gVec, [2, 3, 8]), mk(beta, [2, 3]), state);
     const refVec = referenceGdn(d, q, k, v, gVec, beta, s0, undefined, true);
-    expectClose(f32(vec.y), refVec.y, { atol: 1e-5, label: "y (per-key g)" });
-    expectClose(f32(vec.state), refVec.state, { atol: 1e-5, label: "state (per-key g)" });
+    expectGdn(vec, refVec, 1e-5, "per-key g");
 
     const mask = Uint8Array.from([1, 0]);
     const masked = mx.gatedDeltaStep(...args, mk(g, [2, 3]), mk(beta, [2, 3]), state, mk(mask, [2], "bool"));
@@ -140,19 +149,16 @@ describeMlx("fused Qwen3.5 steps (mx::compile) vs TypeScript reference loops", (
     const refZero = referenceGdn(d, q, k, v, g, beta, undefined);
     expect(zero.y.shape).toEqual([1, 7, 4, 6]);
     expect(zero.state.dtype).toBe("float32");
-    expectClose(f32(zero.y), refZero.y, { atol: 2e-5, label: "y from zero state" });
-    expectClose(f32(zero.state), refZero.state, { atol: 2e-5, label: "state from zero state" });
+    expectGdn(zero, refZero, 2e-5, "from zero state");
 
     const cont = mx.gatedDeltaPrefill(...inputs, mk(s0, [1, 4, 6, 8]), mk(mask, [1, 7], "bool"));
     const refCont = referenceGdn(d, q, k, v, g, beta, s0, mask);
-    expectClose(f32(cont.y), refCont.y, { atol: 2e-5, label: "y, continued and masked" });
-    expectClose(f32(cont.state), refCont.state, { atol: 2e-5, label: "state, continued and masked" });
+    expectGdn(cont, refCont, 2e-5, "continued and masked");
 
     // MLX's own fused implementation (mx.fast.gated_delta_update) agrees without a mask.
     const fast = mx.gatedDeltaUpdate(...inputs, mk(s0, [1, 4, 6, 8]));
     const refFast = referenceGdn(d, q, k, v, g, beta, s0);
-    expectClose(f32(fast.y), refFast.y, { atol: 2e-5, label: "fast.gated_delta_update y" });
-    expectClose(f32(fast.state), refFast.state, { atol: 2e-5, label: "fast.gated_delta_update state" });
+    expectGdn(fast, refFast, 2e-5, "fast.gated_delta_update");
     mx.dispose([zero, cont, fast]);
   });
 

@@ -25,6 +25,12 @@ describeMlx("Qwen3.5 on MLX: broken checkpoints", () => {
     const dir = copyFixture("tiny-gqa", join(tmp, label), edit);
     return (await loadMlxModel(dir).catch((e: unknown) => e)) as WeightError;
   };
+  /** Loading the fixture with tensor `name` replaced by `mx.zeros(...zeros)`. */
+  const replaced = (label: string, name: string, ...zeros: Parameters<typeof mx.zeros>) =>
+    broken(label, (t) => {
+      t.get(name)!.dispose();
+      t.set(name, mx.zeros(...zeros));
+    });
 
   it("a missing tensor", async () => {
     const name = "model.language_model.layers.1.linear_attn.in_proj_z.weight";
@@ -40,10 +46,7 @@ describeMlx("Qwen3.5 on MLX: broken checkpoints", () => {
 
   it("a mis-shaped tensor", async () => {
     const name = "model.language_model.layers.3.self_attn.q_proj.weight";
-    const error = await broken("misshaped", (t) => {
-      t.get(name)!.dispose();
-      t.set(name, mx.zeros([512, 128], "bfloat16"));
-    });
+    const error = await replaced("misshaped", name, [512, 128], "bfloat16");
     expect(error).toBeInstanceOf(WeightError);
     expect(error.tensor).toBe(name);
     expect(error.message).toContain(`tensor "${name}" has shape [512, 128], expected [1024, 128]`);
@@ -51,10 +54,7 @@ describeMlx("Qwen3.5 on MLX: broken checkpoints", () => {
 
   it("a tensor of the wrong dtype", async () => {
     const name = "model.language_model.layers.0.mlp.down_proj.weight";
-    const error = await broken("dtype", (t) => {
-      t.get(name)!.dispose();
-      t.set(name, mx.zeros([128, 256], "int32"));
-    });
+    const error = await replaced("dtype", name, [128, 256], "int32");
     expect(error).toBeInstanceOf(WeightError);
     expect(error.tensor).toBe(name);
     expect(error.message).toContain(`tensor "${name}" is i32, expected one of bf16, f16, f32`);

@@ -3,7 +3,7 @@ import { generate, loadTokenizer, type Tokenizer } from "@anemll-qwen35/generate
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createServer, type OpenAIServer, type RequestLog } from "../src/index.js";
+import { createServer, type OpenAIServer, type RequestLog, type ServerOptions } from "../src/index.js";
 import { convertTiny, FIXTURE, ScriptedModel } from "./helpers.js";
 
 const WEATHER_TOOL = {
@@ -42,6 +42,15 @@ let slow: ScriptedModel;
 function openai(url: string, apiKey = "unused"): OpenAI {
   // maxRetries 0: the client would otherwise retry 429s and 5xx on its own.
   return new OpenAI({ baseURL: `${url}/v1`, apiKey, maxRetries: 0, timeout: timeLimit(30_000) });
+}
+
+/** A server on a free port serving `models` (name → scripted model) with the fixture tokenizer. */
+function serveScripted(models: Record<string, ScriptedModel>, options: Omit<ServerOptions, "models"> = {}) {
+  return createServer({
+    models: Object.entries(models).map(([name, model]) => ({ name, model, tokenizer })),
+    port: 0,
+    ...options,
+  });
 }
 
 /** A JSON body read without a schema (the tests check its fields). */
@@ -363,13 +372,7 @@ describe("tools and thinking (scripted models)", () => {
       () => "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>",
     );
     const noTools = new ScriptedModel(tokenizer, () => `Plain answer.${CALL_XML}`);
-    await using s = await createServer({
-      models: [
-        { name: "forced", model: forced, tokenizer },
-        { name: "plain", model: noTools, tokenizer },
-      ],
-      port: 0,
-    });
+    await using s = await serveScripted({ forced, plain: noTools });
     const c = openai(await s.listen());
     const r = await c.chat.completions.create({
       model: "forced",
@@ -416,14 +419,7 @@ describe("tools and thinking (scripted models)", () => {
       tokenizer,
       () => "Hmm.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</tool_call>",
     );
-    await using s = await createServer({
-      models: [
-        { name: "required", model: required, tokenizer },
-        { name: "twice", model: twice, tokenizer },
-        { name: "broken", model: broken, tokenizer },
-      ],
-      port: 0,
-    });
+    await using s = await serveScripted({ required, twice, broken });
     const c = openai(await s.listen());
     const ask = (model: string, extra: Record<string, unknown> = {}) =>
       c.chat.completions.create({
@@ -529,7 +525,7 @@ describe("load and faults", () => {
   it("queues requests FIFO and refuses with 429 + Retry-After when the queue is full", async () => {
     const model = new ScriptedModel(tokenizer, () => "one two three four five six", { stepDelayMs: 20 });
     const order: string[] = [];
-    await using s = await createServer({ models: [{ name: "m", model, tokenizer }], port: 0, queue: 1 });
+    await using s = await serveScripted({ m: model }, { queue: 1 });
     const c = openai(await s.listen());
     const ask = (tag: string) =>
       c.chat.completions.create({ model: "m", messages: [{ role: "user", content: tag }] }).then((r) => {
@@ -558,11 +554,7 @@ describe("load and faults", () => {
   it("drops a queued request whose client leaves before its turn", async () => {
     const model = new ScriptedModel(tokenizer, () => "x y z", { stepDelayMs: 30 });
     const seen: RequestLog[] = [];
-    await using s = await createServer({
-      models: [{ name: "m", model, tokenizer }],
-      port: 0,
-      onRequestEnd: (l) => seen.push(l),
-    });
+    await using s = await serveScripted({ m: model }, { onRequestEnd: (l) => seen.push(l) });
     const c = openai(await s.listen());
     const a = c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "A" }] });
     await waitFor("A to hold the model", () => (s.models[0].queue.busy ? true : undefined));
@@ -588,7 +580,7 @@ describe("load and faults", () => {
     const model = new ScriptedModel(tokenizer, () => "one two three four five six seven", {
       failAtDecode: 3,
     });
-    await using s = await createServer({ models: [{ name: "m", model, tokenizer }], port: 0 });
+    await using s = await serveScripted({ m: model });
     const c = openai(await s.listen());
     const messages = [{ role: "user" as const, content: "hi" }];
     const stream = await c.chat.completions.create({ model: "m", messages, stream: true });
@@ -603,7 +595,7 @@ describe("load and faults", () => {
     expect(ok.choices[0].message.content).toBe("one two three four five six seven");
 
     const failing = new ScriptedModel(tokenizer, () => "a b c", { failAtDecode: 1 });
-    await using s2 = await createServer({ models: [{ name: "f", model: failing, tokenizer }], port: 0 });
+    await using s2 = await serveScripted({ f: failing });
     const e500 = await openai(await s2.listen())
       .chat.completions.create({ model: "f", messages })
       .catch((e) => e);
@@ -614,13 +606,7 @@ describe("load and faults", () => {
   it("a model that becomes unavailable mid-generation: an error event, then 503 for it while the others answer", async () => {
     const lost = new ScriptedModel(tokenizer, () => "one two three four five six seven", { loseAtDecode: 3 });
     const fine = new ScriptedModel(tokenizer, () => "still here");
-    await using s = await createServer({
-      models: [
-        { name: "big", model: lost, tokenizer },
-        { name: "small", model: fine, tokenizer },
-      ],
-      port: 0,
-    });
+    await using s = await serveScripted({ big: lost, small: fine });
     const c = openai(await s.listen());
     const messages = [{ role: "user" as const, content: "hi" }];
     const stream = await c.chat.completions.create({ model: "big", messages, stream: true });
@@ -746,11 +732,7 @@ describe("load and faults", () => {
 
   it("requires the API key when one is set (401 otherwise)", async () => {
     const model = new ScriptedModel(tokenizer, () => "ok");
-    await using s = await createServer({
-      models: [{ name: "m", model, tokenizer }],
-      port: 0,
-      apiKey: "s3cret",
-    });
+    await using s = await serveScripted({ m: model }, { apiKey: "s3cret" });
     const url = await s.listen();
     const ask = (c: OpenAI) =>
       c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] });

@@ -69,6 +69,10 @@ async function expectSafetensorsError(
   return e;
 }
 
+/** Opening `file` is refused with a SafetensorsError naming it (and `tensorName`). */
+const expectOpenError = (file: string, tensorName: string | undefined, pattern: RegExp) =>
+  expectSafetensorsError(SafetensorsFile.open(file), file, tensorName, pattern);
+
 describe("safetensors round trip", () => {
   it("writes and lazily reads every dtype, with metadata", async () => {
     const dir = await tempDir();
@@ -115,41 +119,25 @@ describe("safetensors round trip", () => {
     const a = tensor("bf16", [3], Uint16Array.from([1, 2, 3]));
     const b = tensor("f32", [1], Float32Array.from([4]));
     const c = tensor("u8", [1], Uint8Array.from([5]));
-    await writeSafetensors(join(dir, "1"), [
-      { name: "c", tensor: c },
-      { name: "a", tensor: a },
-      { name: "b", tensor: b },
-    ]);
-    await writeSafetensors(join(dir, "2"), [
-      { name: "b", tensor: b },
-      { name: "c", tensor: c },
-      { name: "a", tensor: a },
-    ]);
+    const tensors = { a, b, c };
+    /** Writes file `name` in `dir`, declaring the tensors in the order of the letters in `names`. */
+    const write = (name: string, names: string, options?: Parameters<typeof writeSafetensors>[2]) =>
+      writeSafetensors(
+        join(dir, name),
+        [...names].map((n) => ({ name: n, tensor: tensors[n as keyof typeof tensors] })),
+        options,
+      );
+    await write("1", "cab");
+    await write("2", "bca");
     expect(await readFile(join(dir, "1"))).toEqual(await readFile(join(dir, "2")));
     const orderIn = async (file: string) => {
       await using f = await SafetensorsFile.open(file);
       return f.names();
     };
     expect(await orderIn(join(dir, "1"))).toEqual(["a", "b", "c"]);
-    await writeSafetensors(
-      join(dir, "3"),
-      [
-        { name: "c", tensor: c },
-        { name: "a", tensor: a },
-        { name: "b", tensor: b },
-      ],
-      { order: "given" },
-    );
+    await write("3", "cab", { order: "given" });
     expect(await orderIn(join(dir, "3"))).toEqual(["c", "a", "b"]);
-    await writeSafetensors(
-      join(dir, "4"),
-      [
-        { name: "a", tensor: a },
-        { name: "c", tensor: c },
-        { name: "b", tensor: b },
-      ],
-      { order: "aligned" },
-    );
+    await write("4", "acb", { order: "aligned" });
     expect(await orderIn(join(dir, "4"))).toEqual(["b", "a", "c"]);
     await using f4 = await SafetensorsFile.open(join(dir, "4"));
     for (const name of ["a", "b", "c"]) {
@@ -295,42 +283,27 @@ describe("safetensors validation", () => {
     const dir = await tempDir();
     const path = join(dir, "short.safetensors");
     await writeFile(path, new Uint8Array(5));
-    await expectSafetensorsError(
-      SafetensorsFile.open(path),
-      path,
-      undefined,
-      /5 bytes; .*8-byte header length/,
-    );
+    await expectOpenError(path, undefined, /5 bytes; .*8-byte header length/);
   });
 
   it("header length past the end of the file", async () => {
     const dir = await tempDir();
     const path = await rawFile(join(dir, "p.safetensors"), { a: entry("U8", [4], [0, 4]) }, data4, 5000n);
-    await expectSafetensorsError(
-      SafetensorsFile.open(path),
-      path,
-      undefined,
-      /header length 5000 runs past the end/,
-    );
+    await expectOpenError(path, undefined, /header length 5000 runs past the end/);
   });
 
   it("header length over 100 MB", async () => {
     const dir = await tempDir();
     const path = await rawFile(join(dir, "h.safetensors"), "{}", new Uint8Array(0), 100_000_001n);
-    await expectSafetensorsError(
-      SafetensorsFile.open(path),
-      path,
-      undefined,
-      /100000001 exceeds the 100000000-byte limit/,
-    );
+    await expectOpenError(path, undefined, /100000001 exceeds the 100000000-byte limit/);
   });
 
   it("non-JSON header", async () => {
     const dir = await tempDir();
     const path = await rawFile(join(dir, "j.safetensors"), "{not json   ", new Uint8Array(0));
-    await expectSafetensorsError(SafetensorsFile.open(path), path, undefined, /header is not JSON/);
+    await expectOpenError(path, undefined, /header is not JSON/);
     const path2 = await rawFile(join(dir, "arr.safetensors"), "[1, 2]  ", new Uint8Array(0));
-    await expectSafetensorsError(SafetensorsFile.open(path2), path2, undefined, /not an object/);
+    await expectOpenError(path2, undefined, /not an object/);
   });
 
   it("offsets out of range (truncated file)", async () => {
@@ -340,12 +313,7 @@ describe("safetensors validation", () => {
       { a: entry("U8", [4], [0, 4]), b: entry("F32", [2], [4, 12]) },
       new Uint8Array(10),
     );
-    await expectSafetensorsError(
-      SafetensorsFile.open(path),
-      path,
-      "b",
-      /\[4, 12\] are out of range: the data region has 10 bytes/,
-    );
+    await expectOpenError(path, "b", /\[4, 12\] are out of range: the data region has 10 bytes/);
   });
 
   it("overlapping offsets", async () => {
@@ -355,7 +323,7 @@ describe("safetensors validation", () => {
       { a: entry("U8", [4], [0, 4]), b: entry("U8", [4], [2, 6]) },
       new Uint8Array(6),
     );
-    await expectSafetensorsError(SafetensorsFile.open(path), path, "b", /overlap tensor "a"/);
+    await expectOpenError(path, "b", /overlap tensor "a"/);
   });
 
   it("offsets not covering the data region (hole, and trailing bytes)", async () => {
@@ -365,46 +333,31 @@ describe("safetensors validation", () => {
       { a: entry("U8", [2], [0, 2]), b: entry("U8", [2], [4, 6]) },
       new Uint8Array(6),
     );
-    await expectSafetensorsError(
-      SafetensorsFile.open(hole),
-      hole,
-      "b",
-      /bytes \[2, 4\) before this tensor belong to no tensor/,
-    );
+    await expectOpenError(hole, "b", /bytes \[2, 4\) before this tensor belong to no tensor/);
     const tail = await rawFile(
       join(dir, "tail.safetensors"),
       { a: entry("U8", [2], [0, 2]) },
       new Uint8Array(5),
     );
-    await expectSafetensorsError(
-      SafetensorsFile.open(tail),
-      tail,
-      undefined,
-      /3 trailing bytes belong to no tensor/,
-    );
+    await expectOpenError(tail, undefined, /3 trailing bytes belong to no tensor/);
   });
 
   it("byte size not matching dtype x shape", async () => {
     const dir = await tempDir();
     const path = await rawFile(join(dir, "s.safetensors"), { w: entry("BF16", [3], [0, 4]) }, data4);
-    await expectSafetensorsError(
-      SafetensorsFile.open(path),
-      path,
-      "w",
-      /span 4 bytes but BF16 \[3\] needs 6/,
-    );
+    await expectOpenError(path, "w", /span 4 bytes but BF16 \[3\] needs 6/);
   });
 
   it("unknown and unsupported dtypes", async () => {
     const dir = await tempDir();
     const path = await rawFile(join(dir, "d.safetensors"), { w: entry("Q4_K", [4], [0, 4]) }, data4);
-    await expectSafetensorsError(SafetensorsFile.open(path), path, "w", /unknown dtype "Q4_K"/);
+    await expectOpenError(path, "w", /unknown dtype "Q4_K"/);
     const path2 = await rawFile(
       join(dir, "d2.safetensors"),
       { w: entry("F64", [1], [0, 8]) },
       new Uint8Array(8),
     );
-    await expectSafetensorsError(SafetensorsFile.open(path2), path2, "w", /unsupported dtype "F64"/);
+    await expectOpenError(path2, "w", /unsupported dtype "F64"/);
   });
 
   it("duplicate tensor names (JSON duplicate keys)", async () => {
@@ -412,31 +365,21 @@ describe("safetensors validation", () => {
     const header =
       '{"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}';
     const path = await rawFile(join(dir, "dup.safetensors"), header, data4);
-    await expectSafetensorsError(SafetensorsFile.open(path), path, "w", /duplicate key "w"/);
+    await expectOpenError(path, "w", /duplicate key "w"/);
   });
 
   it("bad shapes, offsets and metadata name the tensor", async () => {
     const dir = await tempDir();
     const p1 = await rawFile(join(dir, "1.safetensors"), { w: entry("U8", [-1], [0, 4]) }, data4);
-    await expectSafetensorsError(
-      SafetensorsFile.open(p1),
-      p1,
-      "w",
-      /shape must be an array of non-negative integers/,
-    );
+    await expectOpenError(p1, "w", /shape must be an array of non-negative integers/);
     const p2 = await rawFile(join(dir, "2.safetensors"), { w: entry("U8", [4], [4, 0]) }, data4);
-    await expectSafetensorsError(SafetensorsFile.open(p2), p2, "w", /data_offsets must be \[begin, end\]/);
+    await expectOpenError(p2, "w", /data_offsets must be \[begin, end\]/);
     const p3 = await rawFile(
       join(dir, "3.safetensors"),
       { __metadata__: { a: 1 }, w: entry("U8", [4], [0, 4]) },
       data4,
     );
-    await expectSafetensorsError(
-      SafetensorsFile.open(p3),
-      p3,
-      undefined,
-      /__metadata__\["a"\] must be a string/,
-    );
+    await expectOpenError(p3, undefined, /__metadata__\["a"\] must be a string/);
   });
 });
 

@@ -240,6 +240,16 @@ describe("BlobReader", () => {
     if (message) expect(e.message).toMatch(message);
   }
 
+  /** Reading `blob` as `type` fails for `reason`, naming its file and offset. */
+  function expectReadError(
+    blob: { file: string; offset: number },
+    type: TensorType,
+    reason: string,
+    message?: RegExp,
+  ): void {
+    expectBlobError(() => readBlob(blob.file, blob.offset, type), reason, blob.file, blob.offset, message);
+  }
+
   const w16 = tensorType("fp16", [4, 4]);
   const d16 = new Uint16Array(16).fill(0x3c00);
 
@@ -276,55 +286,36 @@ describe("BlobReader", () => {
   });
 
   it("rejects a blob whose dtype differs from the requested type", () => {
-    const { file, offset } = oneBlob(w16, d16);
-    expectBlobError(
-      () => readBlob(file, offset, tensorType("fp32", [4, 2])),
-      "dtype",
-      file,
-      offset,
-      /fp16 does not match the requested fp32/,
-    );
-    expectBlobError(() => readBlob(file, offset, tensorType("bool", [32])), "dtype", file, offset);
+    const blob = oneBlob(w16, d16);
+    expectReadError(blob, tensorType("fp32", [4, 2]), "dtype", /fp16 does not match the requested fp32/);
+    expectReadError(blob, tensorType("bool", [32]), "dtype");
   });
 
   it("rejects padding_size_in_bits >= 8 and padding on whole-byte types", () => {
-    const { file, offset } = oneBlob(tensorType("uint4", [3]), Uint8Array.of(1, 2, 3));
-    const bytes = readFileSync(file);
-    bytes.writeBigUInt64LE(8n, offset + 24);
-    writeFileSync(file, bytes);
-    expectBlobError(
-      () => readBlob(file, offset, tensorType("uint4", [3])),
-      "padding",
-      file,
-      offset,
-      /must be < 8/,
-    );
+    const a = oneBlob(tensorType("uint4", [3]), Uint8Array.of(1, 2, 3));
+    const bytes = readFileSync(a.file);
+    bytes.writeBigUInt64LE(8n, a.offset + 24);
+    writeFileSync(a.file, bytes);
+    expectReadError(a, tensorType("uint4", [3]), "padding", /must be < 8/);
     const b = oneBlob(w16, d16);
     const bytes2 = readFileSync(b.file);
     bytes2.writeBigUInt64LE(3n, b.offset + 24);
     writeFileSync(b.file, bytes2);
-    expectBlobError(() => readBlob(b.file, b.offset, w16), "padding", b.file, b.offset);
+    expectReadError(b, w16, "padding");
   });
 
   it("rejects a size inconsistent with the element count", () => {
-    const { file, offset } = oneBlob(w16, d16);
-    expectBlobError(
-      () => readBlob(file, offset, tensorType("fp16", [4, 5])),
-      "size",
-      file,
-      offset,
-      /needs 40/,
-    );
+    expectReadError(oneBlob(w16, d16), tensorType("fp16", [4, 5]), "size", /needs 40/);
     const s = oneBlob(tensorType("uint4", [5]), Uint8Array.of(1, 2, 3, 4, 5));
     // 3 bytes with 4 padding bits hold exactly 5 elements; asking for 6 must fail
-    expectBlobError(() => readBlob(s.file, s.offset, tensorType("uint4", [6])), "size", s.file, s.offset);
+    expectReadError(s, tensorType("uint4", [6]), "size");
     expect([...readBlob(s.file, s.offset, tensorType("uint4", [5]))]).toEqual([1, 2, 3, 4, 5]);
   });
 
   it("rejects a payload that runs past the end of the file (truncated file)", () => {
-    const { file, offset } = oneBlob(w16, d16);
-    truncateSync(file, statSync(file).size - 1);
-    expectBlobError(() => readBlob(file, offset, w16), "offset", file, offset, /payload/);
+    const blob = oneBlob(w16, d16);
+    truncateSync(blob.file, statSync(blob.file).size - 1);
+    expectReadError(blob, w16, "offset", /payload/);
   });
 
   it("names a missing file as an io error", () => {

@@ -31,6 +31,7 @@ import {
   fp16Random,
   linearModel,
   lutModel,
+  mainModel,
   materialise,
   multifunctionModel,
   op,
@@ -46,6 +47,8 @@ let n = 0;
 const fresh = (name = "m") => join(dir, `${name}${n++}.mlpackage`);
 const modelFile = (p: string) => join(p, "Data/com.apple.CoreML/model.mlmodel");
 const weightFile = (p: string) => join(p, "Data/com.apple.CoreML/weights/weight.bin");
+/** A model with no inputs whose one output is the constant `c`. */
+const constModel = (value: ConstValue) => mainModel([], ["c"], [constValueOp("c", value)]);
 
 async function expectRejects(
   p: Promise<unknown>,
@@ -201,13 +204,7 @@ describe("writer with a BlobSink (stream constants while building)", () => {
     const w = await MlPackageWriter.create(path);
     const t = tensorType("fp16", [16]);
     const ref = { ...w.blobs.write(t, fp16Random(16, 1)) };
-    await w.finish(
-      singleFunctionModel({
-        inputs: [],
-        opset: "CoreML8",
-        block: { inputs: [], outputs: ["c"], operations: [constValueOp("c", { type: t, blob: ref })] },
-      }),
-    );
+    await w.finish(constModel({ type: t, blob: ref }));
     expect(readFileSync(weightFile(path)).length).toBe(64 + 64 + 32);
   });
 
@@ -215,15 +212,7 @@ describe("writer with a BlobSink (stream constants while building)", () => {
     const path = fresh();
     const w = await MlPackageWriter.create(path);
     const t = tensorType("fp16", [16]);
-    const model = singleFunctionModel({
-      inputs: [],
-      opset: "CoreML8",
-      block: {
-        inputs: [],
-        outputs: ["c"],
-        operations: [constValueOp("c", { type: t, blob: { fileName: DEFAULT_BLOB_FILE_NAME, offset: 64 } })],
-      },
-    });
+    const model = constModel({ type: t, blob: { fileName: DEFAULT_BLOB_FILE_NAME, offset: 64 } });
     await expectRejects(
       w.finish(model),
       MlPackageError,
@@ -237,15 +226,7 @@ describe("writer with a BlobSink (stream constants while building)", () => {
   it("refuses its own ref used with a different type", async () => {
     const w = await MlPackageWriter.create(fresh());
     const ref = w.blobs.write(tensorType("fp16", [16]), fp16Random(16, 1));
-    const model = singleFunctionModel({
-      inputs: [],
-      opset: "CoreML8",
-      block: {
-        inputs: [],
-        outputs: ["c"],
-        operations: [constValueOp("c", { type: tensorType("fp16", [4, 5]), blob: ref })],
-      },
-    });
+    const model = constModel({ type: tensorType("fp16", [4, 5]), blob: ref });
     await expectRejects(w.finish(model), MlPackageError, { reason: "blob" }, /it holds 16 fp16 there/);
   });
 

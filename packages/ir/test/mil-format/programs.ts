@@ -65,26 +65,30 @@ export function singleFunctionModel(fn: MilFunction, extra: Partial<MlModel> = {
   return { specificationVersion: 9, program: { version: 1, functions: { main: fn } }, ...extra };
 }
 
+/** A CoreML8 model whose one function takes `inputs` and runs `operations`, returning `outputs`. */
+export function mainModel(
+  inputs: NamedValueType[],
+  outputs: string[],
+  operations: Operation[],
+  extra: Partial<MlModel> = {},
+): MlModel {
+  return singleFunctionModel({ inputs, opset: "CoreML8", block: { inputs: [], outputs, operations } }, extra);
+}
+
 /** y = linear(x, w, b): x fp16 [1,4,16], w fp16 [32,16] (blob), b fp16 [32] (blob) -> y fp16 [1,4,32]. */
 export function linearModel(options: { outputShape?: number[] } = {}): MlModel {
   const x = tensorType("fp16", [1, 4, 16]);
   const w = tensorType("fp16", [32, 16]);
   const b = tensorType("fp16", [32]);
   const y = tensorType("fp16", options.outputShape ?? [1, 4, 32]);
-  return singleFunctionModel(
-    {
-      inputs: [out("x", x)],
-      opset: "CoreML8",
-      block: {
-        inputs: [],
-        outputs: ["y"],
-        operations: [
-          constOp("w", w, fp16Random(32 * 16, 1)),
-          constOp("b", b, fp16Random(32, 2)),
-          op("linear", "y", { x: v("x"), weight: v("w"), bias: v("b") }, [out("y", y)]),
-        ],
-      },
-    },
+  return mainModel(
+    [out("x", x)],
+    ["y"],
+    [
+      constOp("w", w, fp16Random(32 * 16, 1)),
+      constOp("b", b, fp16Random(32, 2)),
+      op("linear", "y", { x: v("x"), weight: v("w"), bias: v("b") }, [out("y", y)]),
+    ],
     { metadata: { author: "anemll-qwen35 tests", userDefined: { purpose: "linear" } } },
   );
 }
@@ -99,29 +103,25 @@ export function statefulModel(): MlModel {
   const k = tensorType("fp16", [1, 2, 1, 8]);
   const idx = tensorType("int32", [4]);
   const scalar = tensorType("fp16", []);
-  return singleFunctionModel({
-    inputs: [out("k", k), out("begin", idx), out("end", idx), out("k_cache", stateType(cache))],
-    opset: "CoreML8",
-    block: {
-      inputs: [],
-      outputs: ["out"],
-      operations: [
-        op("read_state", "kc", { input: v("k_cache") }, [out("kc", cache)]),
-        op("slice_update", "kc2", { x: v("kc"), update: v("k"), begin: v("begin"), end: v("end") }, [
-          out("kc2", cache),
-        ]),
-        {
-          type: "write_state",
-          name: "write_kc",
-          inputs: { input: v("k_cache"), data: v("kc2") },
-          outputs: [],
-        },
-        op("read_state", "kc3", { input: v("k_cache") }, [out("kc3", cache)]),
-        constOp("two", scalar, Uint16Array.of(f32ToF16Bits(2))),
-        op("mul", "out", { x: v("kc3"), y: v("two") }, [out("out", cache)]),
-      ],
-    },
-  });
+  return mainModel(
+    [out("k", k), out("begin", idx), out("end", idx), out("k_cache", stateType(cache))],
+    ["out"],
+    [
+      op("read_state", "kc", { input: v("k_cache") }, [out("kc", cache)]),
+      op("slice_update", "kc2", { x: v("kc"), update: v("k"), begin: v("begin"), end: v("end") }, [
+        out("kc2", cache),
+      ]),
+      {
+        type: "write_state",
+        name: "write_kc",
+        inputs: { input: v("k_cache"), data: v("kc2") },
+        outputs: [],
+      },
+      op("read_state", "kc3", { input: v("k_cache") }, [out("kc3", cache)]),
+      constOp("two", scalar, Uint16Array.of(f32ToF16Bits(2))),
+      op("mul", "out", { x: v("kc3"), y: v("two") }, [out("out", cache)]),
+    ],
+  );
 }
 
 /** y = linear(x, constexpr_lut_to_dense(uint4 indices [32,16], fp16 lut [4,1,16,1]), b): 4 LUTs over groups of 8 rows. */
@@ -131,29 +131,25 @@ export function lutModel(): MlModel {
   const lut = tensorType("fp16", [4, 1, 16, 1]);
   const w = tensorType("fp16", [32, 16]);
   const b = tensorType("fp16", [32]);
-  return singleFunctionModel({
-    inputs: [out("x", x)],
-    opset: "CoreML8",
-    block: {
-      inputs: [],
-      outputs: ["y"],
-      operations: [
-        op(
-          "constexpr_lut_to_dense",
-          "w_pal",
-          {
-            indices: imm(indices, intRandom(Uint8Array, 32 * 16, 0, 15, 3)),
-            lut: imm(lut, fp16Random(64, 4)),
-          },
-          [out("w_pal", w)],
-        ),
-        constOp("b", b, new Uint16Array(32)),
-        op("linear", "y", { x: v("x"), weight: v("w_pal"), bias: v("b") }, [
-          out("y", tensorType("fp16", [1, 4, 32])),
-        ]),
-      ],
-    },
-  });
+  return mainModel(
+    [out("x", x)],
+    ["y"],
+    [
+      op(
+        "constexpr_lut_to_dense",
+        "w_pal",
+        {
+          indices: imm(indices, intRandom(Uint8Array, 32 * 16, 0, 15, 3)),
+          lut: imm(lut, fp16Random(64, 4)),
+        },
+        [out("w_pal", w)],
+      ),
+      constOp("b", b, new Uint16Array(32)),
+      op("linear", "y", { x: v("x"), weight: v("w_pal"), bias: v("b") }, [
+        out("y", tensorType("fp16", [1, 4, 32])),
+      ]),
+    ],
+  );
 }
 
 /** y = linear(x, constexpr_blockwise_shift_scale(data int8|int4 [32,64], scale fp16 [32,2]), b): blocks of 32 inputs. */
@@ -164,29 +160,25 @@ export function blockwiseModel(dtype: "int8" | "int4"): MlModel {
   const w = tensorType("fp16", [32, 64]);
   const b = tensorType("fp16", [32]);
   const [lo, hi] = dtype === "int4" ? [-8, 7] : [-128, 127];
-  return singleFunctionModel({
-    inputs: [out("x", x)],
-    opset: "CoreML8",
-    block: {
-      inputs: [],
-      outputs: ["y"],
-      operations: [
-        op(
-          "constexpr_blockwise_shift_scale",
-          "w_q",
-          {
-            data: imm(data, intRandom(Int8Array, 32 * 64, lo, hi, 5)),
-            scale: imm(scale, fp16Random(64, 6, 0.01)),
-          },
-          [out("w_q", w)],
-        ),
-        constOp("b", b, fp16Random(32, 7)),
-        op("linear", "y", { x: v("x"), weight: v("w_q"), bias: v("b") }, [
-          out("y", tensorType("fp16", [1, 3, 32])),
-        ]),
-      ],
-    },
-  });
+  return mainModel(
+    [out("x", x)],
+    ["y"],
+    [
+      op(
+        "constexpr_blockwise_shift_scale",
+        "w_q",
+        {
+          data: imm(data, intRandom(Int8Array, 32 * 64, lo, hi, 5)),
+          scale: imm(scale, fp16Random(64, 6, 0.01)),
+        },
+        [out("w_q", w)],
+      ),
+      constOp("b", b, fp16Random(32, 7)),
+      op("linear", "y", { x: v("x"), weight: v("w_q"), bias: v("b") }, [
+        out("y", tensorType("fp16", [1, 3, 32])),
+      ]),
+    ],
+  );
 }
 
 /** Two functions (prefill/decode) sharing one weight, as a multifunction package does. */

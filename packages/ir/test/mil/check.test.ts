@@ -38,21 +38,24 @@ function program(
 }
 
 const w = constOp("w", f16([2, 4]), [1, 2, 3, 4, 5, 6, 7, 8]);
+/** y = linear(x, w) with no bias, declared with output type fp16 `yShape`. */
+const linearProgram = (yShape: number[]) =>
+  program(
+    [
+      w,
+      {
+        type: "linear",
+        name: "y",
+        inputs: { x: v("x"), weight: v("w") },
+        outputs: [{ name: "y", type: f16(yShape) }],
+      },
+    ],
+    ["y"],
+  );
 
 describe("checkProgram", () => {
   it("accepts a program whose optional inputs were left out (defaults filled like coremltools' loader)", () => {
-    const p = program(
-      [
-        w,
-        {
-          type: "linear",
-          name: "y",
-          inputs: { x: v("x"), weight: v("w") },
-          outputs: [{ name: "y", type: f16([1, 2]) }],
-        },
-      ],
-      ["y"],
-    );
+    const p = linearProgram([1, 2]);
     expect(checkProgram(p)).toEqual({ functions: 1, operations: 2 });
     const [, lin] = resolveFunction(p.functions.main);
     expect(lin.def.type).toBe("linear");
@@ -70,18 +73,7 @@ describe("checkProgram", () => {
   });
 
   it("names op, output, declared and inferred types on a mismatch", () => {
-    const p = program(
-      [
-        w,
-        {
-          type: "linear",
-          name: "y",
-          inputs: { x: v("x"), weight: v("w") },
-          outputs: [{ name: "y", type: f16([1, 3]) }],
-        },
-      ],
-      ["y"],
-    );
+    const p = linearProgram([1, 3]);
     let err: unknown;
     try {
       checkProgram(p);
