@@ -4,31 +4,13 @@
  * Asserts the result's shape and its consistency (cached tokens grow per turn, the two backends
  * see the same prompts, the projection's band holds its estimate), not speed.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { loadTokenizer } from "@anemll-qwen35/generate";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { fixtureDir, mlxStatus, readResult, runScenario } from "../src/index.js";
 import { AGENT_TOOLS, cliPath, toolResult } from "../src/scenarios/agent.js";
+import { benchDirs } from "./bench-dirs.js";
 
-let out: string;
-let cache: string;
-let savedCache: string | undefined;
-
-beforeAll(() => {
-  out = mkdtempSync(join(tmpdir(), "bench-agent-out-"));
-  cache = mkdtempSync(join(tmpdir(), "bench-agent-cache-"));
-  savedCache = process.env.ANEMLL_QWEN35_CACHE;
-  process.env.ANEMLL_QWEN35_CACHE = cache;
-});
-
-afterAll(() => {
-  if (savedCache === undefined) delete process.env.ANEMLL_QWEN35_CACHE;
-  else process.env.ANEMLL_QWEN35_CACHE = savedCache;
-  rmSync(out, { recursive: true, force: true });
-  rmSync(cache, { recursive: true, force: true });
-});
+const dirs = benchDirs("bench-agent");
 
 describe("bench agent", () => {
   it("scripts 8 tools and tool results of at least the asked token count", async () => {
@@ -46,7 +28,7 @@ describe("bench agent", () => {
   it.skipIf(!cliPath())(
     "runs the conversation through serve: per-turn TTFT and cached tokens, decode tok/s, peak RSS, the ANE projection (skipped without the built CLI: pnpm run build)",
     async () => {
-      const r = await runScenario("agent", { scale: "smoke", out });
+      const r = await runScenario("agent", { scale: "smoke", out: dirs.out });
       const back = await readResult(r.file);
       expect(back.scenario).toBe("agent");
       expect(back.status).toBe("ok");

@@ -3,10 +3,9 @@
  * the schema, the runs carry the metrics the scenario promises, and the charts exist as SVG and PNG.
  * Conversions go to a temporary cache so the test is hermetic.
  */
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   type BenchResult,
   ensureChain,
@@ -19,29 +18,14 @@ import {
   type ScenarioName,
 } from "../src/index.js";
 import { progressLines } from "../src/models.js";
+import { benchDirs } from "./bench-dirs.js";
 
 const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
-let out: string;
-let cache: string;
-let savedCache: string | undefined;
+const dirs = benchDirs("bench");
 const mlx = mlxStatus();
 
-beforeAll(() => {
-  out = mkdtempSync(join(tmpdir(), "bench-out-"));
-  cache = mkdtempSync(join(tmpdir(), "bench-cache-"));
-  savedCache = process.env.ANEMLL_QWEN35_CACHE;
-  process.env.ANEMLL_QWEN35_CACHE = cache;
-});
-
-afterAll(() => {
-  if (savedCache === undefined) delete process.env.ANEMLL_QWEN35_CACHE;
-  else process.env.ANEMLL_QWEN35_CACHE = savedCache;
-  rmSync(out, { recursive: true, force: true });
-  rmSync(cache, { recursive: true, force: true });
-});
-
 async function smoke(name: ScenarioName): Promise<BenchResult> {
-  const r = await runScenario(name, { scale: "smoke", out });
+  const r = await runScenario(name, { scale: "smoke", out: dirs.out });
   expect(existsSync(r.file)).toBe(true);
   // the file on disk, read back through the schema, is what was returned
   const back = await readResult(r.file);
@@ -57,11 +41,11 @@ function expectCharts(r: BenchResult, atLeast: number): void {
   const pngs = r.charts.filter((f) => f.endsWith(".png"));
   expect(svgs.length).toBeGreaterThanOrEqual(atLeast);
   expect(pngs.length).toBe(svgs.length);
-  for (const f of svgs) expect(readFileSync(join(out, f), "utf8")).toMatch(/^<svg[^>]*xmlns/);
+  for (const f of svgs) expect(readFileSync(join(dirs.out, f), "utf8")).toMatch(/^<svg[^>]*xmlns/);
   for (const f of pngs) {
-    const bytes = readFileSync(join(out, f));
+    const bytes = readFileSync(join(dirs.out, f));
     expect([...bytes.subarray(0, 8)]).toEqual(PNG_SIGNATURE);
-    expect(statSync(join(out, f)).size).toBeGreaterThan(5000);
+    expect(statSync(join(dirs.out, f)).size).toBeGreaterThan(5000);
   }
 }
 
@@ -171,8 +155,8 @@ describe.sequential("bench scenarios at smoke scale", () => {
     ]);
     expectCharts(r, 1);
     // the charts come from the JSON alone: removing them and re-charting the file brings them back
-    for (const f of r.charts) rmSync(join(out, f));
-    const again = await rechart(join(out, `${resultStem(r)}.json`));
+    for (const f of r.charts) rmSync(join(dirs.out, f));
+    const again = await rechart(join(dirs.out, `${resultStem(r)}.json`));
     expect(again.result.charts).toEqual(r.charts);
     expectCharts(again.result, 1);
   });
@@ -217,7 +201,7 @@ describe.sequential("bench scenarios at smoke scale", () => {
   });
 
   it("split: N layers on MLX, the rest on the chain, the same tokens as either runtime alone", async () => {
-    const r = await runScenario("split", { scale: "smoke", out, tokens: 12 });
+    const r = await runScenario("split", { scale: "smoke", out: dirs.out, tokens: 12 });
     if (!mlx.available) {
       expect(r.result.status).toBe("skipped");
       return;
@@ -333,7 +317,7 @@ describe.sequential("bench scenarios at smoke scale", () => {
   });
 
   it("speculative --draft mtp: the MTP head's acceptance per γ on held-out text, outputs equal to plain", async () => {
-    const r = await runScenario("speculative", { scale: "smoke", out, draft: "mtp" });
+    const r = await runScenario("speculative", { scale: "smoke", out: dirs.out, draft: "mtp" });
     expect(r.result.command).toContain("--draft mtp");
     if (r.result.status === "skipped") {
       expect(r.result.skipped[0].reason).toMatch(/mlx/i); // no MLX here
