@@ -74,6 +74,11 @@ export function bytes(option: string) {
   };
 }
 
+/** The --chip and --compute-units choices (addChipOptions) as costplan's options. */
+export function chipChoice(o: { chip: ChipId; computeUnits: (typeof COMPUTE_UNITS)[number] }) {
+  return { chip: o.chip, computeUnits: o.computeUnits };
+}
+
 /** --chip and --compute-units, as costplan's estimate takes them (costplan, profile). */
 export function addChipOptions(cmd: Command, say: { chip: string; units: string }): Command {
   return cmd

@@ -1,3 +1,5 @@
+import { writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
+
 /**
  * Where commands write: human text to stdout, or one JSON document with --json. Tests pass their
  * own sinks to capture both.
@@ -35,4 +37,9 @@ export function makeOutput(json: boolean, streams: Streams): Output {
       streams.stderr.write(`${text}\n`);
     },
   };
+}
+
+/** A report's JSON written to `file` (--save), atomically; nothing when no file was asked for. */
+export async function saveJson(file: string | undefined, value: unknown): Promise<void> {
+  if (file) await writeFileAtomic(file, `${JSON.stringify(value, null, 2)}\n`);
 }

@@ -5,16 +5,15 @@
  */
 import { spawn } from "node:child_process";
 import { cpSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
+import { scratchDir } from "@anemll-qwen35/testkit/temp";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { CLI, cli, mlxOrSkip } from "./helpers.js";
 
 const FIXTURE = resolve(__dirname, "../../../fixtures/tiny-tied");
-const work = mkdtempSync(join(tmpdir(), "cli-edges-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+const work = scratchDir("cli-edges-");
 const chain = join(work, "chain");
 const none = { kind: "none" } as const;
 

@@ -5,18 +5,17 @@
  * --force).
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { Qwen35Checkpoint, SafetensorsCheckpoint } from "@anemll-qwen35/ir/checkpoint";
-import { afterAll, describe, expect, it } from "vitest";
+import { scratchDir } from "@anemll-qwen35/testkit/temp";
+import { describe, expect, it } from "vitest";
 import { cli } from "./helpers.js";
 
 const REPO = resolve(__dirname, "../../..");
 const CLI = join(REPO, "apps/cli/dist/cli.js");
 const FIXTURE = join(REPO, "fixtures/tiny-tied");
-const work = mkdtempSync(join(tmpdir(), "cli-synth-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+const work = scratchDir("cli-synth-");
 
 const tiny = ["--config", join(FIXTURE, "config.json"), "--tokenizer", FIXTURE];
 

@@ -2,17 +2,16 @@
  * verify --against mlx: the default when the source has no goldens and MLX is available (said in
  * the output), and a conversion with one weight scaled fails naming its super-block.
  */
-import { cpSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { scaleCheckpointTensor } from "@anemll-qwen35/testkit";
+import { scratchDir } from "@anemll-qwen35/testkit/temp";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
-import { afterAll, expect, it } from "vitest";
+import { expect, it } from "vitest";
 import { cli, mlxOrSkip } from "./helpers.js";
 
 const FIXTURE = resolve(__dirname, "../../../fixtures/tiny-tied");
-const work = mkdtempSync(join(tmpdir(), "cli-verify-mlx-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+const work = scratchDir("cli-verify-mlx-");
 
 const FP32 = ["--ctx", "128", "--fuse", "1", "--dtype", "fp32", "--lut", "none", "--lmhead-lut", "none"];
 

@@ -3,17 +3,16 @@
  * fail the conversion with an error naming the tensor or the file (before any package is written,
  * for the tokenizer), instead of converting "successfully" into a model that cannot work.
  */
-import { cpSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { AnemllError } from "@anemll-qwen35/core";
 import { SafetensorsFile, WeightError } from "@anemll-qwen35/ir/checkpoint";
-import { afterAll, describe, expect, it } from "vitest";
+import { scratchDir } from "@anemll-qwen35/testkit/temp";
+import { describe, expect, it } from "vitest";
 import { convert } from "../src/convert.js";
 
 const tied = resolve(__dirname, "../../../fixtures/tiny-tied");
-const work = mkdtempSync(join(tmpdir(), "convert-inputs-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+const work = scratchDir("convert-inputs-");
 const fast = {
   ctx: 128,
   fuse: 1 as const,

@@ -4,17 +4,16 @@
  * test, scripts/pack-install.mjs, runs it from the npm tarball).
  */
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { scratchDir } from "@anemll-qwen35/testkit/temp";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { workerExecArgv } from "../src/quant/kmeans-pool.js";
 
 const pkg = resolve(__dirname, "..");
-const work = mkdtempSync(join(tmpdir(), "kmeans-worker-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+const work = scratchDir("kmeans-worker-");
 
 /** Palettizes a 2 Mi-element tensor on the main thread and on the pool; prints whether they agree. */
 const SCRIPT = `

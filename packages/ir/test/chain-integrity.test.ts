@@ -3,26 +3,16 @@
  * where only its user can write it, and `@anemll-qwen35/ir/chain` (as built) loads no protobuf.
  */
 import { execFileSync } from "node:child_process";
-import {
-  chmodSync,
-  chownSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from "node:fs";
-import { tmpdir } from "node:os";
+import { chmodSync, chownSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { ChainIntegrityError, type ChainManifest, verifyChainPackages } from "../src/chain/index.js";
 import { digestMlPackage, writeMlPackage } from "../src/mil/format/package.js";
 import { linearModel } from "./mil-format/programs.js";
+import { scratchDir } from "./testkit.js";
 
-const work = mkdtempSync(join(tmpdir(), "anemll-integrity-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+const work = scratchDir("anemll-integrity-");
 let n = 0;
 
 /** A one-package chain folder and the model.json fields the check reads. */

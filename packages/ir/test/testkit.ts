@@ -9,4 +9,4 @@ export {
   validateWithCoremltools,
 } from "../../testkit/src/coremltools.js";
 export { rng } from "../../testkit/src/random.js";
-export { listDir, tempDir } from "../../testkit/src/temp.js";
+export { listDir, scratchDir, tempDir } from "../../testkit/src/temp.js";

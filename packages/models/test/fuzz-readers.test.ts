@@ -9,9 +9,8 @@
  * Bounded: RUNS cases per reader with the seed below (ANEMLL_FUZZ_RUNS / ANEMLL_FUZZ_SEED
  * override them to search further), each under a time limit.
  */
-import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
 import { AnemllError } from "@anemll-qwen35/core";
@@ -20,9 +19,10 @@ import { parseChainManifest, readChainManifest, readVerifiedChain } from "@aneml
 import { parseQwen35Config, SafetensorsCheckpoint, SafetensorsFile } from "@anemll-qwen35/ir/checkpoint";
 import { checkProgram, digestMlPackage, readMlPackage } from "@anemll-qwen35/ir/mil";
 import { loadMlxModel, mlxAvailable, mx } from "@anemll-qwen35/runtime-mlx";
+import { scratchDir } from "@anemll-qwen35/testkit/temp";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, it, vi } from "vitest";
+import { beforeAll, describe, it, vi } from "vitest";
 
 const SEED = Number(process.env.ANEMLL_FUZZ_SEED ?? 20261201);
 const RUNS = Number(process.env.ANEMLL_FUZZ_RUNS ?? 120);
@@ -31,8 +31,7 @@ const CASE_MS = timeLimit(5000);
 const FIXTURES = resolve(__dirname, "../../../fixtures");
 const TINY = join(FIXTURES, "tiny-tied");
 const TOKENIZER = join(FIXTURES, "tokenizer");
-const work = mkdtempSync(join(tmpdir(), "fuzz-readers-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+const work = scratchDir("fuzz-readers-");
 
 /** An empty folder `name` in the work folder. */
 function workDir(name: string): string {

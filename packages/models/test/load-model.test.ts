@@ -1,5 +1,4 @@
-import { cpSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
 import { InvalidArgumentError } from "@anemll-qwen35/core";
@@ -7,14 +6,14 @@ import { coreMLAvailability } from "@anemll-qwen35/coreml";
 import { SpeculativeUnsupportedError } from "@anemll-qwen35/generate";
 import { loadGolden } from "@anemll-qwen35/ir/checkpoint";
 import { mlxAvailable } from "@anemll-qwen35/runtime-mlx";
+import { scratchDir } from "@anemll-qwen35/testkit/temp";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { chooseBackend, loadModel, ModelLoadError } from "../src/index.js";
 
 const FIXTURES = resolve(__dirname, "../../../fixtures");
 const TINY = join(FIXTURES, "tiny-tied");
-const work = mkdtempSync(join(tmpdir(), "models-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+const work = scratchDir("models-");
 
 describe("loadModel on a converted chain", () => {
   const chain = join(work, "chain");

@@ -1,14 +1,13 @@
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
+import { scratchDir } from "@anemll-qwen35/testkit/temp";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 
 const ROOT = resolve(__dirname, "../../..");
-const work = mkdtempSync(join(tmpdir(), "models-readme-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+const work = scratchDir("models-readme-");
 
 /** The first ```js block of a README that calls loadModel. */
 function example(readme: string): string {

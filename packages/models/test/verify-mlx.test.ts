@@ -3,19 +3,18 @@
  * passes on every dense fixture in fp32, and a conversion with one weight scaled in one super-block
  * package fails, naming that super-block.
  */
-import { cpSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
 import { mlxAvailable } from "@anemll-qwen35/runtime-mlx";
 import { scaleCheckpointTensor } from "@anemll-qwen35/testkit";
+import { scratchDir } from "@anemll-qwen35/testkit/temp";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { DEFAULT_MAX_DRIFT, ModelLoadError, verifyAgainstMlx } from "../src/index.js";
 
 const FIXTURES = resolve(__dirname, "../../../fixtures");
-const work = mkdtempSync(join(tmpdir(), "verify-mlx-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+const work = scratchDir("verify-mlx-");
 
 const plain = { kind: "none" } as const;
 /** fp32, one package per super-block (sb_00: layers 0–3, sb_01: layers 4–7). */

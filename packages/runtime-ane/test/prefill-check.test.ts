@@ -1,10 +1,10 @@
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
 import { coreMLAvailability, hasNeuralEngine, type NativePlanOp } from "@anemll-qwen35/coreml";
+import { scratchDir } from "@anemll-qwen35/testkit/temp";
 import { timeLimit } from "@anemll-qwen35/testkit/timing";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { decidePrefill, type FunctionPlacement, placementOf } from "../src/function-check.js";
 import {
   type Backend,
@@ -17,8 +17,7 @@ import {
 import { PREFILL_CHECK_FILE } from "../src/prefill-check.js";
 
 const FIXTURES = resolve(__dirname, "../../../fixtures");
-const work = mkdtempSync(join(tmpdir(), "runtime-ane-prefill-check-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+const work = scratchDir("runtime-ane-prefill-check-");
 
 const onAne = (
   component: string,

@@ -11,11 +11,11 @@ import {
   readMeasurements,
   writeCalibration,
 } from "@anemll-qwen35/costplan";
-import { writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
 import type { Command } from "commander";
 import { checkConverted } from "../chain-check.js";
 import type { Context } from "../context.js";
-import { addChipOptions, int, UsageError } from "../options.js";
+import { addChipOptions, chipChoice, int, UsageError } from "../options.js";
+import { saveJson } from "../output.js";
 
 /** --calibration: fitted, none, or a file `costplan calibrate` wrote. */
 export const CALIBRATION_HELP =
@@ -42,11 +42,10 @@ export function registerCostplan(program: Command, ctx: Context): void {
       const out = ctx.output();
       await checkConverted(path, out.notice); // as `run` would, before reading the packages
       const report = await costplan(path, {
-        chip: o.chip,
-        computeUnits: o.computeUnits,
+        ...chipChoice(o),
         calibration: await calibrationOf(o.calibration),
       });
-      if (o.save) await writeFileAtomic(o.save, `${JSON.stringify(report, null, 2)}\n`);
+      await saveJson(o.save, report);
       out.result(report);
       out.line(formatReport(report, { topOps: o.top }));
     });

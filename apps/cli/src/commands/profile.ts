@@ -1,9 +1,9 @@
 import { formatProfile, profile } from "@anemll-qwen35/costplan";
-import { writeFileAtomic } from "@anemll-qwen35/ir/checkpoint";
 import type { Command } from "commander";
 import { checkConverted } from "../chain-check.js";
 import type { Context } from "../context.js";
-import { addChipOptions, choice, int } from "../options.js";
+import { addChipOptions, chipChoice, choice, int } from "../options.js";
+import { saveJson } from "../output.js";
 
 export function registerProfile(program: Command, ctx: Context): void {
   const cmd = program
@@ -31,13 +31,12 @@ export function registerProfile(program: Command, ctx: Context): void {
         runs: o.runs,
         warmup: o.warmup,
         precision: o.precision,
-        chip: o.chip,
-        computeUnits: o.computeUnits,
+        ...chipChoice(o),
         coreml: o.coreml === false ? "off" : "auto",
         top: o.top,
         onProgress: (e) => out.notice(`profile: ${e.stage} ${e.component} (${e.index + 1}/${e.total})`),
       });
-      if (o.save) await writeFileAtomic(o.save, `${JSON.stringify(report, null, 2)}\n`);
+      await saveJson(o.save, report);
       out.result(report);
       out.line(formatProfile(report));
       if (o.save) out.line(`wrote ${o.save}`);

@@ -30,19 +30,12 @@ export async function buildLmHead(w: GraphWeights, o: ResolvedOptions): Promise<
   const x = await rmsNorm1p(w, "norm", hidden, "final_norm");
 
   const { V, pieces, outs } = await scorePieces(w, o, x, 1);
-  return {
-    component: "lm_head",
-    dtype: dt,
-    ctx: o.ctx,
-    state: o.state,
-    layers: [],
-    superBlocks: [],
+  return lmHeadIO(o, {
     inputs: [{ name: "hidden", dtype: dt, shape: [1, D, 1, 1], role: { kind: "hidden_in" } }],
     outputs: outs,
-    states: [],
     lmHead: { vocab: V, pieces, argmax: o.argmax },
     notes: ["the final RMSNorm is applied here; super-block packages output the pre-norm hidden state"],
-  };
+  });
 }
 
 /**
@@ -62,24 +55,35 @@ export async function buildLmHeadRows(w: GraphWeights, o: ResolvedOptions, T: nu
   const x = await finalNormUnlessNormed(w, hidden, normed, "rows_normed");
 
   const { V, pieces, outs } = await scorePieces(w, o, x, T);
-  return {
-    component: "lm_head",
-    dtype: dt,
-    ctx: o.ctx,
-    state: o.state,
-    layers: [],
-    superBlocks: [],
+  return lmHeadIO(o, {
     inputs: [
       { name: "hidden", dtype: dt, shape: [1, D, 1, T], role: { kind: "hidden_in" } },
       { name: "normed", dtype: dt, shape: [1, 1, 1, T], role: { kind: "normed" } },
     ],
     outputs: outs,
-    states: [],
     lmHead: { vocab: V, pieces, argmax: o.argmax, rows: T },
     notes: [
       `${T} hidden rows a call: row t is normed by the final RMSNorm unless normed[t] = 1 (the MTP head's output); unused rows are zeros`,
     ],
-  };
+  });
+}
+
+/** The lm_head's ComponentIO: no layers, no state; its own inputs, outputs and notes. */
+function lmHeadIO(
+  o: ResolvedOptions,
+  io: Pick<ComponentIO, "inputs" | "outputs" | "lmHead" | "notes">,
+): ComponentIO {
+  // the key order is ComponentIO's, as model.json records it
+  const { inputs, outputs, lmHead, notes } = io;
+  const head = {
+    component: "lm_head",
+    dtype: o.dtype,
+    ctx: o.ctx,
+    state: o.state,
+    layers: [],
+    superBlocks: [],
+  } as const;
+  return { ...head, inputs, outputs, states: [], lmHead, notes };
 }
 
 /**

@@ -20,7 +20,7 @@ import { conv1x1, MASK_NEG, scalar } from "./ane.js";
 import type { KvCache } from "./attention.js";
 import { rmsNorm1p } from "./norms.js";
 import { decoderLayer } from "./superblock.js";
-import { ropeInputs, type StepOutputs } from "./superblock-io.js";
+import { kvNewOutputs, ropeInputs, type StepOutputs } from "./superblock-io.js";
 import type { GraphWeights } from "./weights.js";
 
 /**
@@ -106,17 +106,7 @@ export async function buildMtp(w: GraphWeights, o: ResolvedOptions): Promise<Com
   output({ name: "hidden_out", dtype: dt, shape: [1, D, 1, 1], role: { kind: "hidden_out" } }, out);
   const a = produced.attention.get(L);
   if (!a) throw new UnsupportedModelError(cfg.modelType, "the MTP layer produced no attention step");
-  for (const part of ["k", "v"] as const) {
-    output(
-      {
-        name: `kv${L}_${part}_new`,
-        dtype: dt,
-        shape: [1, Hkv, 1, hd],
-        role: { kind: "kv_new", layer: L, part, cache: `kv${L}_${part}`, writeRow: "position" },
-      },
-      part === "k" ? a.kNew : a.vNew,
-    );
-  }
+  kvNewOutputs(output, L, a, dt, [1, Hkv, 1, hd]);
   return {
     component: "mtp",
     dtype: dt,

@@ -70,6 +70,20 @@ export function ropeInputs(
 
 const KV_PARTS = ["k", "v"] as const;
 
+/** The kv{L}_k_new / kv{L}_v_new outputs of a step (io KV): this token's rows, written by the host at `position`. */
+export function kvNewOutputs(
+  output: (t: IoTensor, v: MilVar) => void,
+  L: number,
+  a: AttentionStep,
+  dt: GraphDType,
+  shape: readonly number[],
+): void {
+  for (const part of KV_PARTS) {
+    const role = { kind: "kv_new", layer: L, part, cache: `kv${L}_${part}`, writeRow: "position" } as const;
+    output({ name: `kv${L}_${part}_new`, dtype: dt, shape, role }, part === "k" ? a.kNew : a.vNew);
+  }
+}
+
 /**
  * The function's inputs and states, declared when it is made (`hidden`, `step`); `finish` writes
  * the KV state (mlstate), declares the outputs from what the layers produced and returns the
@@ -340,19 +354,7 @@ export class SuperblockIO {
         }
       }
       const a = produced.attention.get(L);
-      if (a && o.state === "io") {
-        for (const part of KV_PARTS) {
-          this.output(
-            {
-              name: `kv${L}_${part}_new`,
-              dtype: dt,
-              shape: this.shapes.kvNew,
-              role: { kind: "kv_new", layer: L, part, cache: `kv${L}_${part}`, writeRow: "position" },
-            },
-            part === "k" ? a.kNew : a.vNew,
-          );
-        }
-      }
+      if (a && o.state === "io") kvNewOutputs((t, v) => this.output(t, v), L, a, dt, this.shapes.kvNew);
     }
     return {
       component: "superblocks",

@@ -1,17 +1,16 @@
-import { mkdtempSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { f32ToF16Bits } from "@anemll-qwen35/core";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { BlobReader, BlobWriter, DEFAULT_BLOB_FILE_NAME, readBlob } from "../../src/mil/format/blob.js";
 import { BLOB_DATA_TYPE } from "../../src/mil/format/dtypes.js";
 import { allocData } from "../../src/mil/format/elements.js";
 import { BlobFormatError } from "../../src/mil/format/errors.js";
 import { type MilData, type MilDType, type TensorType, tensorType } from "../../src/mil/program.js";
+import { scratchDir } from "../testkit.js";
 import { rng } from "./programs.js";
 
-const dir = mkdtempSync(join(tmpdir(), "anemll-blob-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const dir = scratchDir("anemll-blob-");
 let counter = 0;
 const tmp = () => join(dir, `w${counter++}.bin`);
 

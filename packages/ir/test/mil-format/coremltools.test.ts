@@ -3,11 +3,10 @@
  * deliberately broken ones, agree with our schema's field numbers, and read/write blobs that our
  * reader/writer agree with bit for bit; and our reader must read a package coremltools wrote.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type protobuf from "protobufjs";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { BlobReader, BlobWriter } from "../../src/mil/format/blob.js";
 import { BLOB_DATA_TYPE } from "../../src/mil/format/dtypes.js";
 import { BlobFormatError } from "../../src/mil/format/errors.js";
@@ -15,7 +14,7 @@ import { readMlPackage, readMlPackageProto, writeMlPackage } from "../../src/mil
 import { coremlProtoRoot, encodeModelProto } from "../../src/mil/format/proto.js";
 import type { MilData, MilDType, MlModel } from "../../src/mil/program.js";
 import { tensorType } from "../../src/mil/program.js";
-import { type CoremltoolsValidation, validateWithCoremltools } from "../testkit.js";
+import { type CoremltoolsValidation, scratchDir, validateWithCoremltools } from "../testkit.js";
 import { type Availability, type OracleAnswer, requireAvailable, runOracle } from "./oracle.js";
 import {
   blockwiseModel,
@@ -27,8 +26,7 @@ import {
   statefulModel,
 } from "./programs.js";
 
-const dir = mkdtempSync(join(tmpdir(), "anemll-ct-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const dir = scratchDir("anemll-ct-");
 
 const good: Record<string, MlModel> = {
   linear: linearModel(),

@@ -1,16 +1,7 @@
 import { createHash } from "node:crypto";
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { DEFAULT_BLOB_FILE_NAME } from "../../src/mil/format/blob.js";
 import { IoTypeError } from "../../src/mil/format/description.js";
 import { BlobFormatError, DescriptionMismatchError, MlPackageError } from "../../src/mil/format/errors.js";
@@ -25,6 +16,7 @@ import {
 import { decodeModelProto, encodeModelProto, type ModelProto } from "../../src/mil/format/proto.js";
 import type { ConstValue, MlModel, Operation } from "../../src/mil/program.js";
 import { tensorType } from "../../src/mil/program.js";
+import { scratchDir } from "../testkit.js";
 import {
   blockwiseModel,
   constValueOp,
@@ -41,8 +33,7 @@ import {
   v,
 } from "./programs.js";
 
-const dir = mkdtempSync(join(tmpdir(), "anemll-pkg-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const dir = scratchDir("anemll-pkg-");
 let n = 0;
 const fresh = (name = "m") => join(dir, `${name}${n++}.mlpackage`);
 const modelFile = (p: string) => join(p, "Data/com.apple.CoreML/model.mlmodel");

@@ -1,8 +1,6 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { InvalidArgumentError } from "@anemll-qwen35/core";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { BlobReader, BlobWriter } from "../../src/mil/format/blob.js";
 import { describeModel, IoTypeError } from "../../src/mil/format/description.js";
 import { ARRAY_DATA_TYPE, MIL_DATA_TYPE } from "../../src/mil/format/dtypes.js";
@@ -25,6 +23,7 @@ import {
 } from "../../src/mil/format/serialize.js";
 import type { MilData, MilDType, MlModel } from "../../src/mil/program.js";
 import { stateType, tensorType } from "../../src/mil/program.js";
+import { scratchDir } from "../testkit.js";
 import {
   constOp,
   linearModel,
@@ -38,8 +37,7 @@ import {
   v,
 } from "./programs.js";
 
-const dir = mkdtempSync(join(tmpdir(), "anemll-ser-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const dir = scratchDir("anemll-ser-");
 
 describe("immediate values", () => {
   const cases: [MilDType, number[], MilData, string][] = [

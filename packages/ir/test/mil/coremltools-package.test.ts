@@ -6,11 +6,10 @@
  * the reason (under CI it fails).
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { f32ToF16Bits, tensor } from "@anemll-qwen35/core";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { readMlPackage } from "../../src/mil/format/index.js";
 import {
   checkProgram,
@@ -19,10 +18,10 @@ import {
   type Precision,
   printProgram,
 } from "../../src/mil/index.js";
+import { scratchDir } from "../testkit.js";
 
 const PYTHON = process.env.ANEMLL_PYTHON ?? new URL("../../../../.venv/bin/python", import.meta.url).pathname;
-const dir = mkdtempSync(join(tmpdir(), "mil-ct-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const dir = scratchDir("mil-ct-");
 
 interface Step {
   x: number[];

@@ -3,11 +3,9 @@
  * program with every weight expanded first ("dense"), in fp32 and fp16 modes, through linear,
  * conv, matmul and gather; large tables read by row from their file.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { f16BitsToF32, f32ToF16Bits, type Tensor, tensor } from "@anemll-qwen35/core";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { readMlPackage, writeMlPackage } from "../../src/mil/format/index.js";
 import { roundF16InPlace } from "../../src/mil/fp16.js";
 import {
@@ -22,9 +20,9 @@ import { PackedWeight } from "../../src/mil/kernels/packed.js";
 import { simdHeap } from "../../src/mil/kernels/simd.js";
 import type { ConstValue } from "../../src/mil/program.js";
 import { lazyConstToRt } from "../../src/mil/values.js";
+import { scratchDir } from "../testkit.js";
 
-const dir = mkdtempSync(join(tmpdir(), "anemll-packed-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const dir = scratchDir("anemll-packed-");
 
 function lcg(seed: number): () => number {
   let s = seed >>> 0;

@@ -6,14 +6,21 @@
  */
 import { randomUUID } from "node:crypto";
 import type { ServerResponse } from "node:http";
-import type { GenerationResult } from "@anemll-qwen35/generate";
-import type { FastifyReply, FastifyRequest } from "fastify";
+import {
+  type GenerateOptions,
+  type Generation,
+  type GenerationResult,
+  generate,
+} from "@anemll-qwen35/generate";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { z } from "zod";
 import { ApiError, modelUnavailable, RequestAbortedError, toApiError } from "../errors.js";
 import type { ServedModel } from "../models.js";
 import type { GenerationPlan } from "../plan.js";
 import type { RequestLog } from "../request-log.js";
+import { parseBody } from "../schemas.js";
 import { SseWriter } from "../sse.js";
-import type { RouteContext } from "./context.js";
+import { findModel, type RouteContext } from "./context.js";
 
 export type TurnKind = "chat" | "completion";
 
@@ -35,6 +42,54 @@ export interface Turn {
   readonly log: Partial<RequestLog>;
   /** The client's identity (its prompt-cache partition). */
   readonly client: string;
+}
+
+/**
+ * Registers POST `path` as a generation route: the body checked against `schema`, its model found
+ * and its plan settled before it queues (a bad request is a 400 at once), then `answer` in the
+ * model's turn.
+ */
+export function generationRoute<S extends z.ZodType<{ model: string }>, P extends GenerationPlan>(
+  app: FastifyInstance,
+  ctx: RouteContext,
+  route: {
+    path: string;
+    kind: TurnKind;
+    schema: S;
+    plan: (body: z.output<S>, served: ServedModel) => Promise<P>;
+  },
+  answer: (t: Turn, plan: P) => Promise<unknown>,
+): void {
+  app.post(route.path, async (req, reply) => {
+    const body = parseBody(route.schema, req.body);
+    const served = findModel(ctx, body.model);
+    const plan = await route.plan(body, served);
+    const o = { kind: route.kind, stream: plan.stream };
+    return ctx.track(runTurn(ctx, req, reply, served, o, (t) => answer(t, plan)));
+  });
+}
+
+/**
+ * generate() for `plan` in turn `t`: the model's speculation, the plan's prompt, limits and sampling,
+ * the turn's abort signal, the route's own options, and the prompt cache's partition of the request's
+ * client (no client's prompts show through another's cached_tokens or timing).
+ */
+export function generateTurn(
+  t: Turn,
+  plan: GenerationPlan,
+  options: Omit<GenerateOptions, "prompt" | "messages">,
+): Generation {
+  return generate(t.served.model, t.served.tokenizer, {
+    ...t.served.speculation,
+    prompt: plan.promptIds,
+    maxTokens: plan.maxTokens,
+    sampling: plan.sampling,
+    stop: plan.stop,
+    signal: t.signal,
+    promptCache: t.served.promptCache?.partition(t.client),
+    cacheCheckpoints: plan.cacheCheckpoints,
+    ...options,
+  });
 }
 
 /** OpenAI's usage object for a finished generation (cached_tokens: restored from the prompt cache). */
@@ -62,14 +117,6 @@ export function usage(r: GenerationResult) {
         }
       : {}),
   };
-}
-
-/**
- * The generate() options that use the model's prompt cache for this plan: the partition of the
- * request's client, so that no client's prompts show through another's cached_tokens or timing.
- */
-export function cacheOptions(t: Turn, plan: GenerationPlan) {
-  return { promptCache: t.served.promptCache?.partition(t.client), cacheCheckpoints: plan.cacheCheckpoints };
 }
 
 /** What the request log keeps of a finished generation. */
