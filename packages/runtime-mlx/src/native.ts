@@ -260,10 +260,12 @@ export interface NativeBinding {
 }
 
 const ADDON_FILE = "runtime_mlx.node";
+// The package's own build script, where this copy is installed (npm, or the repository's workspace)
+const BUILD_SCRIPT = fileURLToPath(new URL("../native/build.mjs", import.meta.url));
 const BUILD_FIX =
-  'Install MLX 0.32.x (Linux: pip install "mlx[cpu]==0.32.4"; macOS: pip install mlx==0.32.4), then run ' +
-  "`pnpm --filter @anemll-qwen35/runtime-mlx build:native` (set MLX_ROOT or ANEMLL_PYTHON if MLX is not in " +
-  "<repo>/.venv or python3).";
+  'Install MLX 0.32.x (Linux: pip install "mlx[cpu]==0.32.4"; macOS: pip install mlx==0.32.4), then build ' +
+  `the addon: \`node ${BUILD_SCRIPT}\` (set MLX_ROOT or ANEMLL_PYTHON if MLX is not in python3 or the ` +
+  "repository's .venv; in the repository, `pnpm --filter @anemll-qwen35/runtime-mlx build:native` does the same).";
 
 /** Where the addon is looked for: $ANEMLL_MLX_ADDON, else <package>/build/Release/runtime_mlx.node. */
 export function addonPath(): string {
