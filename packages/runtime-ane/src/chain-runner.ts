@@ -31,6 +31,7 @@ import {
   readChainManifest,
   ringRow,
   type StatePlan,
+  VERIFY_FAMILY,
   type VerifyChainOptions,
   verifyChainPackages,
 } from "@anemll-qwen35/ir/chain";
@@ -215,8 +216,11 @@ export class ChainRunner implements SpeculativeStepModel {
   private readonly ring: { readonly sinks: number } | undefined;
   private readonly T: number | undefined;
   private resident: Resident;
-  /** A speculating chain: its MTP head and what it has yet to see (it runs at the largest bucket). */
+  /** A speculating chain: its MTP head and what it has yet to see. */
   private readonly mtp?: MtpHead;
+  /** The bucket indices a speculating chain can run at: those with verify functions (all, in
+   * chains converted with one verify per bucket; the largest only, before that). */
+  private readonly verifyBuckets: readonly number[];
   private readonly mtpComponent?: LoadedComponent;
   /** Head cache slots filled with (trunk hidden_t, token t+1): t < committed. */
   private headCommitted = 0;
@@ -256,6 +260,7 @@ export class ChainRunner implements SpeculativeStepModel {
     // ring: as many positions as the packages can encode
     this.contextLength = this.overflow === "ring" ? resident.stepper.positionLimit : manifest.ctx;
     this.slideKeep = o.slideKeep ?? 0.5;
+    this.verifyBuckets = verifyBucketsOf(manifest);
     if (mtp) {
       this.mtpComponent = mtp.loaded;
       this.mtp = new MtpHead(
@@ -336,8 +341,8 @@ export class ChainRunner implements SpeculativeStepModel {
       }
       loaded.push(await loadEntry(entries[last], () => loadFunction(dir, manifest, entries[last], options)));
       const T = ChainRunner.prefillOf(manifest, options);
-      // a speculating chain runs at the largest bucket: its verify functions are that bucket's
-      const b = speculating ? chainBuckets(manifest).length - 1 : 0;
+      // a speculating chain starts at the smallest bucket with verify functions
+      const b = speculating ? verifyBucketsOf(manifest)[0] : 0;
       const resident = await residentAt(dir, manifest, loaded[0], loaded[1], b, T !== undefined, options);
       loaded.push(...resident.loaded);
       const spec = speculativeOf(manifest, options);
@@ -551,11 +556,13 @@ export class ChainRunner implements SpeculativeStepModel {
     return this.T;
   }
 
-  /** The smallest bucket (index) holding `end` tokens; the largest past it (ring KV). */
+  /**
+   * The smallest bucket (index) holding `end` tokens; the largest past it (ring KV). A speculating
+   * chain picks among the buckets with verify functions.
+   */
   private bucketFor(end: number): number {
-    if (this.mtp) return this.buckets.length - 1;
-    const i = this.buckets.findIndex((b) => b >= end);
-    return i < 0 ? this.buckets.length - 1 : i;
+    const candidates = this.mtp ? this.verifyBuckets : this.buckets.map((_, i) => i);
+    return candidates.find((i) => this.buckets[i] >= end) ?? this.buckets.length - 1;
   }
 
   /**
@@ -568,9 +575,14 @@ export class ChainRunner implements SpeculativeStepModel {
     if (r.bucket === b && r.prefill === want) return r.stepper;
     const snap =
       transfer && this.pos > 0 ? await r.stepper.snapshot(Math.min(this.pos, this.bucket)) : undefined;
+    // the state the next call starts from: the kept one, or a row of the last verify (speculating)
+    const selection = r.stepper.selection;
     for (const c of r.loaded) c.dispose();
     this.resident = await residentAt(this.dir, this.manifest, this.embed, this.head, b, want, this.options);
-    if (snap) await this.resident.stepper.restore(snap);
+    if (snap) {
+      await this.resident.stepper.restore(snap);
+      this.resident.stepper.selection = selection;
+    }
     return this.resident.stepper;
   }
 
@@ -588,13 +600,15 @@ export class ChainRunner implements SpeculativeStepModel {
     // a backend that writes all T KV rows of a chunk (Core ML, io KV) gets a bucket with room for
     // the last chunk's T rows, so that the prompt's tail is a chunk too (below the largest bucket)
     const whole = T !== undefined && tokens.length >= 2 && this.resident.stepper.writesWholeChunks;
-    const b = this.bucketFor(this.pos + (whole ? Math.ceil(tokens.length / T) * T : tokens.length));
+    // a speculating chain also leaves room for the verify call that follows (k + 1 rows)
+    const room = this.mtp ? (this.resident.stepper.verifyTokens ?? 0) : 0;
+    const end = this.pos + (whole ? Math.ceil(tokens.length / T) * T : tokens.length) + room;
+    const b = this.bucketFor(end);
     const ctx = this.buckets[b];
     const batched = T !== undefined && tokens.length >= 2;
-    // a speculating chain keeps its functions (the stepper holds the verify's row selection)
-    const stepper = this.mtp
-      ? this.resident.stepper
-      : await this.ensure(b, batched || (this.resident.prefill && !this.options.dropPrefill));
+    // a speculating chain keeps its prefill functions loaded (they serve every prompt it is given)
+    const keepPrefill = this.mtp !== undefined || (this.resident.prefill && !this.options.dropPrefill);
+    const stepper = await this.ensure(b, batched || keepPrefill);
     let out: StepOutput | undefined;
     let i = 0;
     while (i < tokens.length) {
@@ -608,7 +622,7 @@ export class ChainRunner implements SpeculativeStepModel {
         this.record(chunk, r.hidden[r.hidden.length - 1]);
         out = r.head;
         i += n;
-      } else if (this.mtp && this.verifyFits()) {
+      } else if (this.mtp && this.verifyFits() && this.pos + (stepper.verifyTokens as number) <= ctx) {
         // speculating: the rest goes through verify calls, every row accepted (decode is not loaded)
         const chunk = tokens.slice(i, i + (stepper.verifyTokens as number));
         const hiddens = await stepper.verify(chunk, this.pos);
@@ -745,10 +759,15 @@ export class ChainRunner implements SpeculativeStepModel {
     if (this.pending) throw new AnemllError("E_CHAIN_STATE", "verify before accept() of the last verify");
     opts.signal?.throwIfAborted();
     if (this.verifyFits()) {
-      const hiddens = await this.resident.stepper.verify(ids, this.pos);
+      // the bucket grows when the k + 1 rows pass its end (the state moves over, selection too)
+      const stepper =
+        this.pos + T > this.bucket
+          ? await this.ensure(this.bucketFor(this.pos + T), true)
+          : this.resident.stepper;
+      const hiddens = await stepper.verify(ids, this.pos);
       const last = hiddens[hiddens.length - 1];
       const rows = ids.map((_, j) => hiddenRow(last, j));
-      const outputs = await this.resident.stepper.runHeadRows(rows, new Array(rows.length).fill(0));
+      const outputs = await stepper.runHeadRows(rows, new Array(rows.length).fill(0));
       this.pending = { kind: "rows", ids: [...ids], rows };
       return outputs;
     }
@@ -810,6 +829,18 @@ function speculativeOf(manifest: ChainManifest, o: LoadChainOptions): ChainManif
   return o.speculative ? manifest.speculative : undefined;
 }
 
+/** The bucket indices at which every super-block package has a verify function. */
+function verifyBucketsOf(manifest: ChainManifest): number[] {
+  const blocks = manifest.components.filter((c) => c.kind === "superblocks");
+  return chainBuckets(manifest).flatMap((ctx, i) =>
+    blocks.every((c) =>
+      chainFunctions(c, manifest.ctx).some((f) => f.family === VERIFY_FAMILY && f.ctx === ctx),
+    )
+      ? [i]
+      : [],
+  );
+}
+
 /** Loads one component, naming it in the error. */
 async function loadEntry(
   entry: ChainManifestComponent,
@@ -838,8 +869,13 @@ function loadFunction(
   const at = (family: string) => table?.find((f) => f.family === family && f.ctx === ctx);
   const decode = at(DECODE_FAMILY) ?? { function: entry.function, io: entry.io };
   const pf = prefill ? at(PREFILL_FAMILY) : undefined;
-  // speculating: the verify function serves as the decode step (decode loads only if needed)
-  const verify: PrefillFunction | undefined = speculativeOf(manifest, options) ? entry.verify : undefined;
+  // speculating: the verify function (the bucket's; lm_head's one) serves as the decode step
+  // (decode loads only if needed)
+  const vf = ctx === undefined ? entry.verify : at(VERIFY_FAMILY);
+  const verify: PrefillFunction | undefined =
+    speculativeOf(manifest, options) && vf
+      ? { function: vf.function, tokens: vf.tokens, io: vf.io }
+      : undefined;
   return options.backend.load(join(dir, entry.file), {
     name: entry.name,
     functionName: decode.function,

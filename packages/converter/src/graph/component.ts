@@ -21,6 +21,7 @@ import {
   DECODE_FAMILY,
   PREFILL_FAMILY,
   type PrefillFunction,
+  VERIFY_FAMILY,
 } from "@anemll-qwen35/ir/chain";
 import { MilBuilder, MilProgramBuilder, type MilVar, type MlModel } from "@anemll-qwen35/ir/mil";
 import { UnsupportedModelError } from "../errors.js";
@@ -45,9 +46,6 @@ export interface BuiltComponent
 /** Function names of a super-block package with a prefill function (one bucket). */
 export const DECODE_FUNCTION = "decode";
 export const PREFILL_FUNCTION = "prefill";
-/** The verify function of super-block and lm_head packages of a chain with an MTP head. */
-export const VERIFY_FUNCTION = "verify";
-
 /** A family's function at a bucket: "decode" with one bucket, "decode_1024" with several. */
 export function bucketFunctionName(family: string, ctx: number, buckets: readonly number[]): string {
   return buckets.length > 1 ? `${family}_${ctx}` : family;
@@ -93,19 +91,21 @@ export async function buildComponent(
       store: options.store,
       shared,
     });
-  // the verify function: k + 1 rows scored in one call (super-blocks: at the largest bucket)
-  const buildVerify = async (): Promise<PrefillFunction | undefined> => {
+  // the verify function: k + 1 rows scored in one call (super-blocks: one per bucket, built after
+  // the decode and prefill functions)
+  const buildVerify = async (ctx = o.ctx): Promise<PrefillFunction | undefined> => {
     if (!program || !verifies) return undefined;
-    const vb = program.function(VERIFY_FUNCTION);
+    const name = sb ? bucketFunctionName(VERIFY_FAMILY, ctx, o.buckets) : VERIFY_FAMILY;
+    const vb = program.function(name);
     const vw = weightsFor(vb);
     const T = o.verifyTokens + 1;
     const shape = { tokens: T, gdnForm: "scan" as const, wyChunk: o.wyChunk, verify: true };
     const vio =
       spec.kind === "superblocks"
-        ? await buildSuperblocks(vw, spec.first, spec.count, o, shape)
+        ? await buildSuperblocks(vw, spec.first, spec.count, { ...o, ctx }, shape)
         : await buildLmHeadRows(vw, o, T);
-    checkAneLimits(vb.function(), `${describe(spec)} (verify)`, (name) => vw.tensorOf(name));
-    return { function: VERIFY_FUNCTION, tokens: T, io: vio };
+    checkAneLimits(vb.function(), `${describe(spec)} (${name})`, (n) => vw.tensorOf(n));
+    return { function: name, tokens: T, io: vio };
   };
   if (program && spec.kind === "superblocks") {
     // every bucket, largest first (its decode function is the package's default), decode then prefill
@@ -125,12 +125,17 @@ export async function buildComponent(
         functions.push({ family, ctx, function: name, tokens, io: fio });
       }
     }
+    let verify: PrefillFunction | undefined;
+    for (const ctx of [...o.buckets].reverse()) {
+      const v = await buildVerify(ctx);
+      if (v) functions.push({ family: VERIFY_FAMILY, ctx, ...v });
+      if (ctx === o.ctx) verify = v; // model.json's `verify`: the largest bucket's
+    }
     functions.sort((a, b) => a.ctx - b.ctx);
     const top = functions.filter((f) => f.ctx === o.ctx);
     const decode = top.find((f) => f.family === DECODE_FAMILY) as ChainFunction;
     const pf = top.find((f) => f.family === PREFILL_FAMILY);
     const prefill = pf && { function: pf.function, tokens: pf.tokens, io: pf.io };
-    const verify = await buildVerify();
     const model = program.model({
       metadata: metadataOf(spec, o, decode.io, prefill, verify),
       defaultFunctionName: decode.function,

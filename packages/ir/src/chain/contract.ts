@@ -341,8 +341,8 @@ const componentSchema = z.object({
     .object({ function: z.string().min(1), tokens: z.number().int().positive(), io: componentIoSchema })
     .optional(),
   /**
-   * Every function of the package (super-blocks): its family ("decode", "prefill", or another a
-   * newer converter adds), its context bucket and tokens per call. Absent in folders written before
+   * Every function of the package (super-blocks): its family ("decode", "prefill", "verify", or
+   * another a newer converter adds), its context bucket and tokens per call. Absent in folders written before
    * context buckets: `function` and `prefill` at ctx are the whole table.
    */
   functions: z.array(chainFunctionSchema).optional(),
@@ -443,9 +443,13 @@ export interface ChainManifestComponent {
   readonly verify?: PrefillFunction;
 }
 
-/** The function families a runner calls: one token a call, and T tokens a call. */
+/**
+ * The function families a runner calls: one token a call, T tokens a call, and (chains with an MTP
+ * head) the verify's k + 1 rows a call.
+ */
 export const DECODE_FAMILY = "decode";
 export const PREFILL_FAMILY = "prefill";
+export const VERIFY_FAMILY = "verify";
 
 /** One function of a package: a family at one context bucket (ctx KV rows read), `tokens` a call. */
 export interface ChainFunction {
@@ -463,12 +467,18 @@ export function chainBuckets(m: Pick<ChainManifest, "ctx" | "buckets">): readonl
 
 /**
  * A component's function table: model.json's `functions`, or (folders written before context
- * buckets, and embed / lm_head) its `function` and `prefill` at the chain's ctx.
+ * buckets, and embed / lm_head) its `function`, `prefill` and `verify` at the chain's ctx. A table
+ * written before verify functions were made per bucket has `verify` at its largest bucket only.
  */
 export function chainFunctions(c: ChainManifestComponent, ctx: number): readonly ChainFunction[] {
-  if (c.functions) return c.functions;
-  const table: ChainFunction[] = [{ family: DECODE_FAMILY, ctx, function: c.function, tokens: 1, io: c.io }];
-  if (c.prefill) table.push({ family: PREFILL_FAMILY, ctx, ...c.prefill });
+  const table: ChainFunction[] = c.functions
+    ? [...c.functions]
+    : [{ family: DECODE_FAMILY, ctx, function: c.function, tokens: 1, io: c.io }];
+  if (!c.functions && c.prefill) table.push({ family: PREFILL_FAMILY, ctx, ...c.prefill });
+  if (c.verify && !table.some((f) => f.family === VERIFY_FAMILY)) {
+    const top = Math.max(...table.map((f) => f.ctx));
+    table.push({ family: VERIFY_FAMILY, ctx: top, ...c.verify });
+  }
   return table;
 }
 

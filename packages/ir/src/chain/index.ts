@@ -16,6 +16,7 @@ export {
   chainFunctions,
   DECODE_FAMILY,
   PREFILL_FAMILY,
+  VERIFY_FAMILY,
   ChainManifestError,
   type LmHeadSplit,
   type PrefillFunction,
