@@ -258,6 +258,13 @@ describe.skipIf(!HAS)(
       expect(manifest.speculative).toBeUndefined();
       expect(existsSync(join(out, "mtp.mlpackage"))).toBe(false);
       expect(manifest.components.every((c) => c.verify === undefined)).toBe(true);
+      // with the head, decode is a plain chain's: no select, no per-row states (only verify reads them)
+      const withHead = await readChainManifest(join(tmp, "chain-fp16"));
+      const decodeIo = (m: typeof manifest) =>
+        m.components.filter((c) => c.kind === "superblocks").map((c) => c.io);
+      expect(decodeIo(withHead)).toEqual(decodeIo(manifest));
+      const verify = withHead.components.find((c) => c.kind === "superblocks")?.verify;
+      expect(verify?.io.inputs.some((t) => t.role.kind === "row_select")).toBe(true);
     }, 300_000);
   },
 );

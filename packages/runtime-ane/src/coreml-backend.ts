@@ -20,7 +20,13 @@ import {
   type NativeStateBuffer,
   type NativeTensor,
 } from "@anemll-qwen35/coreml";
-import type { ComponentSnapshot, IoDType, IoTensor, StatePlan } from "@anemll-qwen35/ir/chain";
+import {
+  type ComponentSnapshot,
+  type IoDType,
+  type IoTensor,
+  rowStatePairs,
+  type StatePlan,
+} from "@anemll-qwen35/ir/chain";
 import {
   type Backend,
   type ComponentState,
@@ -83,7 +89,10 @@ interface CoreMLSnapshot extends ComponentSnapshot {
 class CoreMLState implements ComponentState {
   /** A reset that failed, reported by the next prediction. */
   failure: unknown;
-  constructor(readonly native: NativeState) {}
+  constructor(
+    readonly native: NativeState,
+    private readonly plan: StatePlan,
+  ) {}
   reset(): void {
     // queued on the state's serial queue, so it lands before the next prediction
     this.native.reset().catch((err) => {
@@ -99,6 +108,20 @@ class CoreMLState implements ComponentState {
     const snap = s as CoreMLSnapshot;
     await this.native.write(snap.buffers, snap.rows);
     this.failure = undefined;
+  }
+  async selectRow(row: number, kvRows: number): Promise<void> {
+    if (this.failure) throw this.failure;
+    const pairs = rowStatePairs(this.plan);
+    if (pairs.length === 0) return;
+    // the whole state through the host (read, copy the row, write back): a commit before a decode
+    // or prefill call after speculating (once a turn), not a step's work. read() lists the carried
+    // buffers first, in the plan's order.
+    const buffers = await this.native.read(kvRows);
+    for (const { rows, kept } of pairs) {
+      const bytes = buffers[kept].byteLength;
+      new Uint8Array(buffers[kept]).set(new Uint8Array(buffers[rows], row * bytes, bytes));
+    }
+    await this.native.write(buffers, kvRows);
   }
 }
 
@@ -214,6 +237,7 @@ export function coreMLBackend(options: CoreMLBackendOptions = {}): Backend {
               carried: plan.carried.map(buffer),
               rowWritten: plan.rowWritten.map(buffer),
             }),
+            plan,
           ),
         predict: run(mainModel, opts.io),
         prefill: pf &&

@@ -64,8 +64,10 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
         };
       };
       const main = lazy(opts.functionName);
-      const run = (fn: () => MilInterpreter) =>
-        async function predict(
+      const run = (fn: () => MilInterpreter, io: LoadComponentOptions["io"]) => {
+        // the kept buffers this function reads (an MTP chain's decode does not read the verify's rows)
+        const names = new Set(io.inputs.map((t) => t.name));
+        return async function predict(
           inputs: Record<string, Tensor>,
           state?: ComponentState,
           position?: number,
@@ -79,7 +81,7 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
           const st = state instanceof InterpreterState ? state : undefined;
           // fp32 outputs skip an fp16 bit-pattern round trip; fp16-typed inputs round them again.
           // Carried state outputs are written into the buffers they replace (no allocation a step).
-          const r = fn().run(st ? st.bind(inputs) : inputs, {
+          const r = fn().run(st ? st.bind(inputs, names) : inputs, {
             state: st?.core,
             outputs: "fp32",
             into: st?.carriedTargets(),
@@ -93,6 +95,7 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
           counter.bytesOut += tensorBytes(outputs);
           return outputs;
         };
+      };
       const pf = opts.prefill;
       const vf = opts.verify;
       // the package's MLState is the same for every function: any of them makes it
@@ -103,16 +106,16 @@ export function referenceBackend(options: ReferenceBackendOptions = {}): Backend
             copy: (core) => core?.clone(),
             bytes: (core) => core?.bytes ?? 0,
           }),
-        predict: run(main),
+        predict: run(main, opts.io),
         // the prefill and verify functions bind and keep the same buffers (their kept inputs and
         // outputs share names); a short chunk's io KV rows past its tokens are not kept
         prefill: pf && {
           io: pf.io,
           tokens: pf.tokens,
           partialRows: true,
-          predict: run(lazy(pf.function)),
+          predict: run(lazy(pf.function), pf.io),
         },
-        verify: vf && { io: vf.io, tokens: vf.tokens, predict: run(lazy(vf.function)) },
+        verify: vf && { io: vf.io, tokens: vf.tokens, predict: run(lazy(vf.function), vf.io) },
         dispose() {},
       };
     },

@@ -106,7 +106,7 @@ export class SuperblockIO {
   private readonly states: IoTensor[] = [];
   /** The verify function: each GDN layer's starting state (what it returns as gdn{L}_*_out). */
   private readonly selected = new Map<number, GdnStateIn>();
-  /** Rows of the verify function (k + 1), 0 without an MTP head. */
+  /** Rows of the verify function (k + 1); 0 in every other function. */
   private readonly verifyRows: number;
   /** mlstate: the state, its one read, and the bounds of this step's one write. */
   private readonly kvState?: { state: MilVar; read: MilVar; begin: MilVar; end: MilVar };
@@ -160,9 +160,10 @@ export class SuperblockIO {
       wyChunk: prefill.wyChunk,
       rowStates: prefill.verify,
     };
-    // a chain with an MTP head: every function starts from the state `select` picks, so that the
-    // accepted end of a verify is committed by the next call, whichever function it is
-    const V = o.verifyTokens > 0 ? o.verifyTokens + 1 : 0;
+    // the verify function starts from the state `select` picks (the kept one, or a row of the last
+    // verify), so that verify after verify commits the accepted rows without a copy; decode and
+    // prefill are a plain chain's (the host copies the accepted row into the kept state before them)
+    const V = prefill?.verify ? T : 0;
     this.verifyRows = V;
     const select =
       V > 0
@@ -185,8 +186,7 @@ export class SuperblockIO {
   /**
    * Each GDN layer's conv window and recurrent state, in and out of the step; with `select` (the
    * verify function) also the last verify's per-row states, and the state the step starts from is
-   * the one `select` picks (one-hot: products by 0 and 1 and a sum of zeros are exact in fp16);
-   * every function of a chain with an MTP head has them, only the verify function returns rows.
+   * the one `select` picks (one-hot: products by 0 and 1 and a sum of zeros are exact in fp16).
    */
   private declareGdnStates(cfg: Qwen35Config, select?: MilVar): Map<number, GdnStateIn> {
     const dt = this.o.dtype;
@@ -381,15 +381,11 @@ export class SuperblockIO {
     ];
     if (prefill?.verify)
       notes.push(
-        `verify: ${T} rows (the token after the last output, then up to ${T - 1} drafts) at positions [position, position + ${T}), masked like a prefill chunk (valid = 1 for the real rows); the GDN layers start from the state select picks (one-hot [${T + 1}]: 0 the kept gdn{L}_conv / gdn{L}_rec, j + 1 row j of gdn{L}_*_rows) and return it as gdn{L}_*_out, and every row's states as gdn{L}_*_rows_out; accepting n rows = select n at the next verify; all ${T} KV rows are written (rows past the accepted ones are masked, then overwritten)`,
+        `verify: ${T} rows (the token after the last output, then up to ${T - 1} drafts) at positions [position, position + ${T}), masked like a prefill chunk (valid = 1 for the real rows); the GDN layers start from the state select picks (one-hot [${T + 1}]: 0 the kept gdn{L}_conv / gdn{L}_rec, j + 1 row j of gdn{L}_*_rows) and return it as gdn{L}_*_out, and every row's states as gdn{L}_*_rows_out; accepting n rows = select n at the next verify, or (before a decode or prefill call, which have no select) copying row n − 1 of gdn{L}_*_rows into gdn{L}_conv / gdn{L}_rec; all ${T} KV rows are written (rows past the accepted ones are masked, then overwritten)`,
       );
     else if (prefill)
       notes.push(
         `prefill: ${T} tokens at positions [position, position + ${T}) in one call; a shorter chunk of n tokens feeds copies of its last hidden row after them (never zeros: an fp16 norm of a zero row is NaN on a datapath that flushes subnormals), valid = 1 for the first n rows and 0 after, conv_pick picks window columns n … n + ${K1 - 1}; all ${T} KV rows are produced (rows past n are masked until decode overwrites them; the host may keep only n), so position + n ≤ ctx`,
-      );
-    if (this.verifyRows > 0 && !prefill?.verify)
-      notes.push(
-        `select [${this.verifyRows + 1}]: the GDN states start from the kept gdn{L}_conv / gdn{L}_rec (one-hot 0) or row j of the last verify's gdn{L}_*_rows (j + 1); the function returns its end state as usual`,
       );
     if (o.state === "mlstate" && o.dtype === "fp32")
       notes.push("the KV state is fp16 (Core ML states are fp16 only); this fp32 graph casts around it");

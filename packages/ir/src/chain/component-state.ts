@@ -14,6 +14,13 @@ export interface ChainComponentState {
   snapshot(rows: number): Promise<ComponentSnapshot>;
   /** Puts a snapshot of a state of the same plan back, before the predictions asked for after. */
   restore(snapshot: ComponentSnapshot): Promise<void>;
+  /**
+   * Makes row `row` of the last verify's per-row GDN states (rowStatePairs) the kept states, after
+   * the predictions asked for before: the commit of an accepted verify row before a function
+   * without `select` (decode, prefill) runs. `kvRows`: the KV rows written so far (a backend that
+   * copies the whole state through the host keeps those).
+   */
+  selectRow(row: number, kvRows: number): Promise<void>;
 }
 
 /** A copy of one component's state; `bytes` is what it holds. */

@@ -61,6 +61,7 @@ export {
   hostInputs,
   hostOutputs,
   type RowWrittenBuffer,
+  rowStatePairs,
   type StatePlan,
   statePlan,
 } from "./state.js";

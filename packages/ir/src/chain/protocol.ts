@@ -96,7 +96,11 @@ interface Block {
   readonly prefill?: BlockFunction;
   /** The verify function's (a chain with an MTP head). */
   readonly verify?: BlockFunction;
+  /** Whether decode / prefill take `select` (older MTP conversions) or need the row committed first. */
+  readonly selects: { readonly decode: boolean; readonly prefill: boolean };
 }
+
+const hasSelect = (io: ComponentIO) => io.inputs.some((t) => t.role.kind === "row_select");
 
 interface BlockFunction {
   readonly f: ChainPrefill;
@@ -227,9 +231,10 @@ export class ChainStepper {
     this.ring = o.ring;
     this.embed = embed;
     this.blocks = superblocks.map((c) => {
-      const plan = statePlan(c.name, c.io); // with an MTP head it keeps the verify's per-row states too
-      if (c.prefill) statePlan(c.name, c.prefill.io); // its roles pair up too
-      if (c.verify) statePlan(c.name, c.verify.io);
+      // with an MTP head the state is the verify's: its kept states plus the per-row states
+      const plan = statePlan(c.name, c.verify?.io ?? c.io);
+      if (c.verify) statePlan(c.name, c.io); // the roles of every function pair up
+      if (c.prefill) statePlan(c.name, c.prefill.io);
       const fn = (f: ChainPrefill | undefined) =>
         f && { f, inputs: hostInputs(f.io), hiddenOut: hiddenOutOf(c.name, f.io) };
       return {
@@ -237,6 +242,10 @@ export class ChainStepper {
         inputs: hostInputs(c.io),
         hiddenOut: hiddenOutOf(c.name, c.io),
         hostRope: c.io.inputs.some((t) => t.role.kind === "rope"),
+        selects: {
+          decode: hasSelect(c.io),
+          prefill: c.prefill !== undefined && hasSelect(c.prefill.io),
+        },
         state: isStateless(plan) ? undefined : c.newState(plan),
         prefill: fn(c.prefill),
         verify: fn(c.verify),
@@ -280,6 +289,20 @@ export class ChainStepper {
     this.selection = n;
   }
 
+  /**
+   * Before a decode or prefill call: where that function has no `select` input (packages converted
+   * with select in the verify function only), commit the accepted verify row into the kept states
+   * on the host side; `kvRows` is the KV rows written so far.
+   */
+  private async commitSelection(which: "decode" | "prefill", kvRows: number): Promise<void> {
+    if (this.selection === 0) return;
+    const row = this.selection - 1;
+    await Promise.all(
+      this.blocks.map((s) => (s.selects[which] ? undefined : s.state?.selectRow(row, kvRows))),
+    );
+    if (this.blocks.every((s) => !s.selects[which])) this.selection = 0;
+  }
+
   /** The select input of a function with one (one-hot of `selection`). */
   private selectInput(t: IoTensor): Tensor {
     return floatTensor(t, oneHot(t.shape[0], this.selection));
@@ -307,6 +330,12 @@ export class ChainStepper {
         await s.state.restore(snap);
       }),
     );
+  }
+
+  /** The KV rows written before `position` (all of the cache once a ring has wrapped). */
+  private keptRows(position: number): number {
+    const ctx = this.blocks[0]?.c.io.ctx ?? position;
+    return Math.min(position, ctx);
   }
 
   /**
@@ -340,6 +369,7 @@ export class ChainStepper {
     const T = this.prefillTokens;
     if (T === undefined)
       throw new ChainProtocolError("chain", "the super-block packages have no common prefill function");
+    await this.commitSelection("prefill", this.keptRows(position));
     const hiddens = await this.chunk("prefill", tokens, position, T);
     if (!withHead) return { hidden: hiddens };
     const last = hiddens[hiddens.length - 1];
@@ -496,6 +526,7 @@ export class ChainStepper {
    * KV); the lm_head only when `withHead`.
    */
   async step(token: number, position: number, withHead: boolean): Promise<ChainStepResult> {
+    await this.commitSelection("decode", this.keptRows(position));
     const embedded = await this.embedToken(token);
     let hidden = embedded;
     const hiddens: Tensor[] = [];

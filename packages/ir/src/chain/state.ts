@@ -5,7 +5,7 @@
  * (HostState below). Per step only what the host must choose crosses into a backend (hidden state,
  * position, mask) and only what it must read comes back (hidden state, logits or the top-1 pair).
  */
-import { f32ToF16Bits, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
+import { f32ToF16Bits, InvalidArgumentError, type Tensor, tensor, toFloat32 } from "@anemll-qwen35/core";
 import type { ChainComponentState, ComponentSnapshot } from "./component-state.js";
 import { ChainProtocolError, type ComponentIO, type IoTensor } from "./contract.js";
 
@@ -113,6 +113,29 @@ export function statePlan(component: string, io: ComponentIO): StatePlan {
     }
   }
   return { component, carried, rowWritten, coreStates: io.states };
+}
+
+/**
+ * The plan's per-row GDN state buffers (a verify's gdn{L}_{conv,rec}_rows, [k + 1, …]) with the
+ * kept buffer each row commits into (gdn{L}_conv / gdn{L}_rec, [1, …]), as indices into `carried`.
+ */
+export function rowStatePairs(plan: StatePlan): { readonly rows: number; readonly kept: number }[] {
+  const pairs: { rows: number; kept: number }[] = [];
+  for (const [i, b] of plan.carried.entries()) {
+    const role = b.input.role;
+    if (role.kind !== "gdn_rows_in") continue;
+    const want = role.part === "conv" ? "gdn_conv_in" : "gdn_rec_in";
+    const kept = plan.carried.findIndex(
+      (k) => k.input.role.kind === want && "layer" in k.input.role && k.input.role.layer === role.layer,
+    );
+    if (kept < 0)
+      throw new ChainProtocolError(
+        plan.component,
+        `${b.input.name} has no kept state of layer ${role.layer}`,
+      );
+    pairs.push({ rows: i, kept });
+  }
+  return pairs;
 }
 
 /** True when the component keeps nothing between steps (embed, lm_head). */
@@ -269,11 +292,26 @@ export class HostState<Core = undefined> implements ChainComponentState {
     return out;
   }
 
-  /** The host's inputs plus the kept buffers, by input name. */
-  bind(host: Record<string, Tensor>): Record<string, Tensor> {
+  /**
+   * The host's inputs plus the kept buffers, by input name (only those named in `inputs` when
+   * given: the function's own, where the plan holds buffers another function reads).
+   */
+  bind(host: Record<string, Tensor>, inputs?: ReadonlySet<string>): Record<string, Tensor> {
     const all: Record<string, Tensor> = { ...host };
-    for (const [name, t] of this.buffers) all[name] = t;
+    for (const [name, t] of this.buffers) if (!inputs || inputs.has(name)) all[name] = t;
     return all;
+  }
+
+  async selectRow(row: number): Promise<void> {
+    for (const { rows, kept } of rowStatePairs(this.plan)) {
+      const from = this.buffers.get(this.plan.carried[rows].input.name) as Tensor;
+      const to = this.buffers.get(this.plan.carried[kept].input.name) as Tensor;
+      const n = to.data.length;
+      if (from.data.length < (row + 1) * n)
+        throw new InvalidArgumentError(`row ${row} is outside ${this.plan.carried[rows].input.name}`);
+      // same dtype on both sides (one plan, one graph dtype): a typed-array copy of the row
+      (to.data as Float32Array).set((from.data as Float32Array).subarray(row * n, (row + 1) * n));
+    }
   }
 
   /**
