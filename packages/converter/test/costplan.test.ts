@@ -70,7 +70,9 @@ describe.skipIf(!hasFixture("tiny-trained"))(
               "prefill_1024",
               "prefill_2048",
               "prefill_256",
-              "verify", // the default keeps tiny-trained's MTP head: verify at the largest bucket
+              "verify_1024", // the default keeps tiny-trained's MTP head: a verify per bucket
+              "verify_2048",
+              "verify_256",
             ]);
             for (const f of p.functions) {
               expect(f.summary.cpu + f.summary.gpu, `${p.name} ${f.name}`).toBe(0);

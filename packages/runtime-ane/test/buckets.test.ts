@@ -105,8 +105,10 @@ describe("context buckets on the reference backend (tiny-trained, fp32)", () => 
         expect(manifest.components[1].functions.map((f: { function: string }) => f.function)).toEqual([
           "decode_128",
           "prefill_128",
+          "verify_128", // tiny-trained's MTP head: a verify function per bucket
           "decode_256",
           "prefill_256",
+          "verify_256",
         ]);
         const backend = countingBackend();
         const bucketed = await open(dirs[`${state}-buckets`], {}, backend);
