@@ -6,9 +6,9 @@
  *   - a 1,000-token prompt through the prefill functions against token by token (ms and the
  *     largest |Δlogit|);
  *   - the reload that `dropPrefill` costs a next turn (prefill functions loaded again);
- *   - greedy speculation (γ 2, the MTP head) at a short context: verify functions per bucket
- *     against verify at the largest bucket only (the table converters before per-bucket verify
- *     wrote), tok/s and costplan's estimate of each verify function.
+ *   - greedy speculation (generate() with the MTP head, γ 2) at a short context: verify functions
+ *     per bucket against verify at the largest bucket only (the table converters before per-bucket
+ *     verify wrote), decode tok/s and costplan's estimate of each verify function.
  * The default conversion (buckets 256/1024/2048 for tiny-trained) against --ctx 2048, fp16
  * program, fp32 interpreter. Writes packages/bench/results/buckets-<date>.json.
  *
@@ -19,7 +19,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convert } from "@anemll-qwen35/converter";
 import { costplan } from "@anemll-qwen35/costplan";
-import type { StepOutput } from "@anemll-qwen35/generate";
+import { generate, loadTokenizer } from "@anemll-qwen35/generate";
 import { ChainRunner, type LoadChainOptions, referenceBackend } from "@anemll-qwen35/runtime-ane";
 
 const FIXTURE = resolve(import.meta.dirname, "../../../fixtures/tiny-trained");
@@ -132,53 +132,40 @@ const table = JSON.parse(readFileSync(join(pinned, "model.json"), "utf8"));
 for (const c of table.components)
   if (c.functions) c.functions = c.functions.filter((f: { family: string }) => f.family !== "verify");
 writeFileSync(join(pinned, "model.json"), JSON.stringify(table, null, 2));
-const top1 = (o: StepOutput) => ("top1" in o ? o.top1.id : logits(o).indexOf(Math.max(...logits(o))));
-/**
- * Greedy speculation of n tokens after a prefill's output, γ drafts a round: the tokens, and tok/s
- * from the second round on (the first one's draft runs the MTP head over the whole prompt).
- */
-async function speculate(m: ChainRunner, start: StepOutput, n: number, gamma: number) {
-  const out: number[] = [];
-  let next = top1(start);
-  let t0 = 0;
-  let timedFrom = 0;
-  while (out.length < n) {
-    if (out.length > 0 && t0 === 0) {
-      t0 = performance.now();
-      timedFrom = out.length;
-    }
-    out.push(next);
-    const { ids: drafts } = await m.draft(next, gamma, top1);
-    const rows = await m.verify([next, ...drafts]);
-    let a = 0;
-    while (a < gamma && top1(rows[a]) === drafts[a]) a++;
-    await m.accept(a + 1);
-    out.push(...drafts.slice(0, a));
-    next = top1(rows[a]);
-  }
-  return {
-    tokens: out.slice(0, n).join(),
-    tokS: (1000 * (out.length - timedFrom)) / (performance.now() - t0),
-  };
-}
-const SPEC_TOKENS = 40;
+// generate() with the MTP head, greedy, as a user's speculative run goes (the first round's draft
+// also runs the head over the prompt: the same work for both chains)
+const tokenizer = await loadTokenizer(bucketed);
+const SPEC_TOKENS = 64;
 const specRunners = [await open(bucketed, { speculative: true }), await open(pinned, { speculative: true })];
 const specRates: number[][] = [[], []];
+const acceptance: number[] = [];
+const generated: number[] = [];
 let identical = true;
 for (let r = 0; r < 3; r++) {
   const runs = [];
   for (const [k, m] of specRunners.entries()) {
-    m.reset();
-    const got = await speculate(m, await m.prefill(ids(150, r + 7)), SPEC_TOKENS, 2);
-    specRates[k].push(got.tokS);
-    runs.push(got.tokens);
+    const res = await generate(m, tokenizer, {
+      prompt: ids(32, r + 7),
+      maxTokens: SPEC_TOKENS,
+      sampling: { temperature: 0 },
+      speculative: "mtp",
+      gamma: 2,
+    });
+    const spec = res.stats.speculative;
+    if (!spec) throw new Error("generate() did not speculate");
+    specRates[k].push(res.stats.decodeTokensPerSecond);
+    if (k === 0) acceptance.push(spec.acceptanceRate);
+    generated.push(res.stats.generatedTokens);
+    runs.push(res.tokenIds.join());
   }
   identical &&= runs[0] === runs[1];
 }
 const speculation = {
-  prompt: 150,
-  tokens: SPEC_TOKENS,
+  prompt: 32,
+  maxTokens: SPEC_TOKENS,
+  generatedTokens: generated,
   gamma: 2,
+  acceptanceRate: median(acceptance),
   bucket: specRunners[0].bucket,
   bucketVerifyLargestOnly: specRunners[1].bucket,
   tokS: median(specRates[0]),

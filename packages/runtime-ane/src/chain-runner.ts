@@ -333,8 +333,8 @@ export class ChainRunner implements SpeculativeStepModel {
         index: last,
         total: entries.length,
       });
-      const speculating = speculativeOf(manifest, options) !== undefined;
-      if (speculating) {
+      const spec = speculativeOf(manifest, options);
+      if (spec) {
         const missing = entries.find((c) => c.kind !== "embed" && !c.verify);
         if (missing)
           throw new ChainLoadError(missing.name, "model.json lists an MTP head but no verify function here");
@@ -342,10 +342,9 @@ export class ChainRunner implements SpeculativeStepModel {
       loaded.push(await loadEntry(entries[last], () => loadFunction(dir, manifest, entries[last], options)));
       const T = ChainRunner.prefillOf(manifest, options);
       // a speculating chain starts at the smallest bucket with verify functions
-      const b = speculating ? verifyBucketsOf(manifest)[0] : 0;
+      const b = spec ? verifyBucketsOf(manifest)[0] : 0;
       const resident = await residentAt(dir, manifest, loaded[0], loaded[1], b, T !== undefined, options);
       loaded.push(...resident.loaded);
-      const spec = speculativeOf(manifest, options);
       let mtp: { entry: ChainManifestComponent; loaded: LoadedComponent } | undefined;
       if (spec) {
         const entry = spec.mtp;
