@@ -177,7 +177,7 @@ export interface BuildOptions {
   readonly ctx: number;
   /**
    * Super-blocks: the KV lengths the package has functions for, ascending, the last one ctx
-   * (default [ctx]); with more than one, functions are named decode_<n> / prefill_<n>.
+   * (default [ctx]); with more than one, functions are named decode_<n> / prefill_<n> / verify_<n>.
    */
   readonly buckets?: readonly number[];
   /** "fp16" (default): the ANE program. "fp32": the same graph in fp32, for exact parity checks. */
